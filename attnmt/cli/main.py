@@ -1,0 +1,52 @@
+"""The ``attnmt`` command line.
+
+Each sub-command lives in its own module under ``attnmt/cli/`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a callable taking the parsed
+arguments and returning an exit status. Adding a command = adding a module name to COMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from attnmt.errors import UserError
+
+# Module names under attnmt.cli, in the order their commands appear in --help.
+COMMANDS = [
+    "train",
+    "translate",
+    "score",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnmt", description="Attention-based neural text generation toolkit."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(f"attnmt.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.func(args)
+    except UserError as err:
+        print(f"attnmt: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnmt: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

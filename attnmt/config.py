@@ -1,0 +1,207 @@
+"""Experiment configuration: YAML files whose sections read like a row of the paper's tables.
+
+    data:  {train: corpus/train, dev: corpus/dev, src: en, tgt: es, tokenizer: word, ...}
+    model: {type: lstm, layers: 4, hidden: 1000, attention: global, score: dot, input_feed: true}
+    train: {optimizer: sgd, lr: 1.0, epochs: 12, decay_start: 8, batch_size: 128, ...}
+
+Every key is declared below with its default; unknown keys and wrongly typed values are user
+errors that name the file and line. ``--set section.key=value`` overrides from the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from attnmt.errors import UserError
+
+
+@dataclass
+class DataConfig:
+    train: str = ""  # path prefix: {train}.{src} / {train}.{tgt}, or a .tsv file
+    dev: str = ""
+    test: str = ""
+    src: str = "en"  # language suffixes of the files
+    tgt: str = "es"
+    tokenizer: str = "word"  # word | bpe | unigram
+    src_vocab_size: int = 50000  # top-K words, or the sentencepiece vocabulary size
+    tgt_vocab_size: int = 50000
+    max_len: int = 50  # training pairs with a longer side (in tokens) are filtered out
+    reverse_source: bool = False
+    lowercase: bool = False
+
+
+@dataclass
+class ModelConfig:
+    type: str = "lstm"  # lstm
+    layers: int = 4
+    hidden: int = 1000
+    embed: int = 1000
+    bidirectional: bool = False
+    attention: str = "global"  # none | global | local-m | local-p
+    score: str = "dot"  # dot | general | concat | concat-simple | location
+    input_feed: bool = True
+    dropout: float = 0.2
+    max_src_len: int = 100  # positions the location score covers
+    window: int = 10  # local attention half-width D
+    sigma: float = 0.0  # local Gaussian σ; 0 means D/2
+    local_composition: str = "paper"  # paper (normalise, then weight) | inside (weight in softmax)
+
+
+@dataclass
+class TrainConfig:
+    optimizer: str = "sgd"  # sgd (the paper) | adam
+    lr: float = 1.0
+    epochs: int = 12
+    decay_start: int = 8  # sgd: halve the rate after every epoch from this one on
+    decay: float = 0.5
+    warmup: int = 4000  # adam: linear warm-up steps, then inverse square root
+    clip: float = 5.0
+    batch_size: int = 128
+    batch_by: str = "sents"  # sents | tokens
+    init_uniform: float = 0.1  # 0: PyTorch's default initialisation
+    label_smoothing: float = 0.0
+    accumulate: int = 1
+    max_time: float = 0.0  # wall-clock budget in seconds, 0 = none
+    max_steps: int = 0
+    valid_every: int = 0  # steps; 0 = once per epoch
+    save_every: int = 0  # steps; 0 = once per epoch (and at each validation)
+    seed: int = 1
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    amp: bool = True  # mixed precision where it helps (CUDA only)
+    threads: int = 0  # CPU threads, 0 = torch's default
+    log_every: int = 50
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Map each (section, key) path of a YAML mapping to its 1-based line number."""
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = path + (str(key.value),)
+                lines[sub] = key.start_mark.line + 1
+                walk(value, sub)
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _coerce(value: Any, typ: Any, where: str, path: str | None, line: int | None) -> Any:
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+    elif typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif typ is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise UserError(f"{where}: expected {typ.__name__}, got {value!r}", path, line)
+
+
+def from_dict(raw: Any, path: str | None = None, text: str = "") -> Config:
+    lines = _key_lines(text) if text else {}
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError("a config must be a mapping of sections (data, model, train)", path, 1)
+    cfg = Config()
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    for name, body in raw.items():
+        if name not in sections:
+            raise UserError(
+                f"unknown section {name!r} (expected {', '.join(sections)})", path, lines.get((name,))
+            )
+        if body is None:
+            continue
+        if not isinstance(body, dict):
+            raise UserError(f"section {name!r} must be a mapping", path, lines.get((name,)))
+        section = getattr(cfg, name)
+        hints = typing.get_type_hints(type(section))
+        for key, value in body.items():
+            if key not in hints:
+                known = ", ".join(hints)
+                raise UserError(
+                    f"unknown key {name}.{key} (known: {known})", path, lines.get((name, key))
+                )
+            typed = _coerce(value, hints[key], f"{name}.{key}", path, lines.get((name, key)))
+            setattr(section, key, typed)
+    return cfg
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config and apply ``section.key=value`` overrides."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("config file not found", path) from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"invalid UTF-8 ({err.reason})", path) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or "malformed YAML"
+        raise UserError(f"malformed YAML: {problem}", path, mark.line + 1 if mark else None) from None
+    cfg = from_dict(raw, path, text)
+    return apply_overrides(cfg, overrides or [])
+
+
+def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
+    raw = cfg.to_dict()
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) != 2:
+            raise UserError(f"--set expects section.key=value, got {item!r}")
+        section, name = parts
+        raw.setdefault(section, {})
+        raw[section][name] = yaml.safe_load(value) if value.strip() else ""
+    return from_dict(raw, "--set")
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    import os
+
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,214 @@
+"""Tokenizers: word-level with a top-K vocabulary (the paper's setting) and sentencepiece.
+
+Both share one small interface and the same special ids, so every other part of the toolkit
+(batching, n-gram models over token ids, decoding, alignments) works with either:
+
+    tok.encode(line) -> list[int]            # no <s>/</s> added
+    tok.decode(ids) -> str                   # detokenised text
+    tok.split_with_words(line) -> (pieces, word_index)   # piece i came from whitespace word word_index[i]
+    tok.piece(i) -> str, len(tok), tok.save(dir, side), load_tokenizer(dir, side)
+
+Special ids are fixed: <pad>=0, <unk>=1, <s>=2, </s>=3.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from attnmt.errors import UserError
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def _moses(lang: str):
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+
+    return MosesTokenizer(lang=lang), MosesDetokenizer(lang=lang)
+
+
+class WordTokenizer:
+    """Moses word tokenisation with a frequency-ranked vocabulary of at most ``max_size`` words.
+
+    Each whitespace word is tokenised on its own, so every piece knows which input word it came
+    from (needed for Pharaoh alignments and <unk> replacement).
+    """
+
+    kind = "word"
+
+    def __init__(self, tokens: list[str], lang: str = "en"):
+        if tokens[: len(SPECIALS)] != SPECIALS:
+            tokens = SPECIALS + [t for t in tokens if t not in SPECIALS]
+        self.tokens = tokens
+        self.index = {t: i for i, t in enumerate(tokens)}
+        self.lang = lang
+        self._tok, self._detok = _moses(lang)
+
+    @classmethod
+    def build(
+        cls, lines: Iterable[str], max_size: int = 50000, min_freq: int = 1, lang: str = "en"
+    ) -> "WordTokenizer":
+        probe = cls(SPECIALS, lang)
+        counts: Counter[str] = Counter()
+        for line in lines:
+            counts.update(probe.split(line))
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        words = [w for w, c in ranked if c >= min_freq and w not in SPECIALS]
+        return cls(SPECIALS + words[: max(0, max_size - len(SPECIALS))], lang)
+
+    def split(self, line: str) -> list[str]:
+        return self.split_with_words(line)[0]
+
+    def split_with_words(self, line: str) -> tuple[list[str], list[int]]:
+        pieces: list[str] = []
+        word_index: list[int] = []
+        for w, word in enumerate(line.split()):
+            for piece in self._tok.tokenize(word, escape=False):
+                pieces.append(piece)
+                word_index.append(w)
+        return pieces, word_index
+
+    def encode(self, line: str) -> list[int]:
+        return [self.index.get(p, UNK) for p in self.split(line)]
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        return [self.index.get(p, UNK) for p in pieces]
+
+    def piece(self, i: int) -> str:
+        return self.tokens[i]
+
+    def decode_pieces(self, pieces: list[str]) -> str:
+        return self._detok.detokenize(pieces)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.decode_pieces([self.tokens[i] for i in ids if i not in (PAD, BOS, EOS)])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def save(self, run_dir: str | os.PathLike, side: str) -> None:
+        path = Path(run_dir) / f"{side}.vocab"
+        tmp = path.with_suffix(".vocab.tmp")
+        tmp.write_text(f"#word {self.lang}\n" + "\n".join(self.tokens) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece BPE or unigram model trained with our special ids."""
+
+    kind = "spm"
+
+    def __init__(self, model_file: str | os.PathLike):
+        import sentencepiece as spm
+
+        self.model_file = str(model_file)
+        self.sp = spm.SentencePieceProcessor(model_file=self.model_file)
+
+    @classmethod
+    def build(
+        cls,
+        lines: Iterable[str],
+        model_prefix: str | os.PathLike,
+        vocab_size: int = 8000,
+        model_type: str = "bpe",
+    ) -> "SentencePieceTokenizer":
+        import sentencepiece as spm
+
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(list(lines)),
+            model_prefix=str(model_prefix),
+            vocab_size=vocab_size,
+            model_type=model_type,
+            pad_id=PAD,
+            unk_id=UNK,
+            bos_id=BOS,
+            eos_id=EOS,
+            character_coverage=1.0,
+            hard_vocab_limit=False,
+            minloglevel=2,
+            num_threads=2,
+        )
+        return cls(f"{model_prefix}.model")
+
+    def split(self, line: str) -> list[str]:
+        return self.sp.encode(line, out_type=str)
+
+    def split_with_words(self, line: str) -> tuple[list[str], list[int]]:
+        pieces = self.split(line)
+        word_index, w = [], -1
+        for p in pieces:
+            if p.startswith("\u2581") or w < 0:
+                w += 1
+            word_index.append(w)
+        return pieces, word_index
+
+    def encode(self, line: str) -> list[int]:
+        return self.sp.encode(line)
+
+    def encode_pieces(self, pieces: list[str]) -> list[int]:
+        return [self.sp.piece_to_id(p) for p in pieces]
+
+    def piece(self, i: int) -> str:
+        return self.sp.id_to_piece(i)
+
+    def decode_pieces(self, pieces: list[str]) -> str:
+        return self.sp.decode_pieces(pieces)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.sp.decode([i for i in ids if i not in (PAD, BOS, EOS)])
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def save(self, run_dir: str | os.PathLike, side: str) -> None:
+        dest = Path(run_dir) / f"{side}.spm.model"
+        if Path(self.model_file).resolve() != dest.resolve():
+            tmp = dest.with_suffix(".tmp")
+            tmp.write_bytes(Path(self.model_file).read_bytes())
+            os.replace(tmp, dest)
+
+
+Tokenizer = WordTokenizer | SentencePieceTokenizer
+
+
+def load_tokenizer(run_dir: str | os.PathLike, side: str) -> Tokenizer:
+    """Load the ``side`` ("src" or "tgt") tokenizer saved in a run directory."""
+    run_dir = Path(run_dir)
+    spm_file = run_dir / f"{side}.spm.model"
+    vocab_file = run_dir / f"{side}.vocab"
+    if spm_file.exists():
+        return SentencePieceTokenizer(spm_file)
+    if vocab_file.exists():
+        try:
+            lines = vocab_file.read_text(encoding="utf-8").split("\n")
+        except UnicodeDecodeError as err:
+            raise UserError(f"invalid UTF-8 in vocabulary ({err.reason})", str(vocab_file)) from None
+        header = lines[0].split()
+        if not header or header[0] != "#word":
+            raise UserError("not a vocabulary file (missing '#word' header)", str(vocab_file), 1)
+        lang = header[1] if len(header) > 1 else "en"
+        return WordTokenizer([t for t in lines[1:] if t], lang)
+    raise UserError(f"no {side} tokenizer ({side}.vocab or {side}.spm.model)", str(run_dir))
+
+
+def map_pieces_to_words(pieces: list[str], line: str) -> list[int]:
+    """For detokenised output ``line`` made from ``pieces``, the whitespace-word index of each piece.
+
+    Works for any detokeniser that only changes spacing: the pieces' characters are matched, in
+    order, against the line's non-space characters.
+    """
+    words = line.split()
+    # char position (in the space-free stream) -> word index
+    owner: list[int] = []
+    for w, word in enumerate(words):
+        owner.extend([w] * len(word))
+    result, pos = [], 0
+    for p in pieces:
+        text = p.replace("\u2581", "")
+        w = owner[min(pos, len(owner) - 1)] if owner else 0
+        result.append(w)
+        pos += len(text)
+    return result

@@ -1,0 +1,149 @@
+"""Stacked LSTM decoder with Luong attention and input feeding (Luong et al. 2015, sections 3-3.3).
+
+At each target step t:
+
+    h_t   = LSTM(x_t, h_{t-1})                    x_t = [emb(y_{t-1}); h̃_{t-1}] with input feeding,
+                                                      emb(y_{t-1}) without
+    c_t, a_t = attention(h_t, h̄_1..S)             (any module of attnmt.attention)
+    h̃_t   = tanh(W_c [c_t; h_t])                  (eq. 5, the attentional hidden state)
+    p(y_t | y_<t, x) = softmax(W_s h̃_t)           (eq. 6)
+
+Without attention (the paper's base system) h̃_t = h_t. Teacher forcing without input feeding runs
+the LSTM over the whole target in one fused call and attends for all T steps at once; with input
+feeding the steps depend on each other and run in a loop whose per-step work is one matmul per
+layer (input and recurrent weights concatenated; the embedding half of layer 1 precomputed for all
+steps). The output projection W_s is always applied once, to all steps together.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnmt.attention.base import Memory
+from attnmt.data.vocab import PAD
+
+
+class LuongDecoder(nn.Module):
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden: int,
+        layers: int,
+        attention: nn.Module | None,
+        memory_dim: int,
+        input_feed: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        self.hidden = hidden
+        self.layers = layers
+        self.embed_dim = embed_dim
+        self.input_feed = input_feed
+        self.attention = attention
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        self.dropout = nn.Dropout(dropout)
+        # input feeding widens layer 1's input from E to E + H
+        input_dim = embed_dim + (hidden if input_feed else 0)
+        self.rnn = nn.LSTM(
+            input_dim, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0
+        )
+        self.W_c = nn.Linear(memory_dim + hidden, hidden, bias=False) if attention else None
+        self.W_s = nn.Linear(hidden, vocab_size)
+
+    # -- the attentional layer -------------------------------------------------------------
+    def _attend(
+        self, h: torch.Tensor, memory: Memory | None, positions: torch.Tensor, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """h_t (B, T, H) -> h̃_t (B, T, H) and a_t (B, T, S) or None."""
+        if self.attention is None:
+            return h, None
+        context, weights = self.attention(h, memory, positions, need_weights)  # (B,T,d), (B,T,S)
+        h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # tanh(W_c[c_t; h_t])
+        return h_tilde, weights
+
+    # -- LSTM step with concatenated weights -------------------------------------------------
+    def _step_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer: W = [W_ih_rest | W_hh] and b = b_ih + b_hh, for one matmul per layer per step.
+        For layer 1, W_ih_rest is the input-feeding half (the embedding half is precomputed)."""
+        out = []
+        for layer in range(self.layers):
+            w_ih = getattr(self.rnn, f"weight_ih_l{layer}")
+            w_hh = getattr(self.rnn, f"weight_hh_l{layer}")
+            bias = getattr(self.rnn, f"bias_ih_l{layer}") + getattr(self.rnn, f"bias_hh_l{layer}")
+            if layer == 0:
+                w_ih = w_ih[:, self.embed_dim :]
+            out.append((torch.cat([w_ih, w_hh], dim=1), bias))
+        return out
+
+    def _lstm_step(
+        self,
+        emb_gates: torch.Tensor,
+        feed: torch.Tensor | None,
+        h: list[torch.Tensor],
+        c: list[torch.Tensor],
+        weights: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """One time step through all layers; updates h, c (lists of (B, H)) in place, returns top h."""
+        x = feed
+        for layer, (w, b) in enumerate(weights):
+            inp = h[layer] if x is None else torch.cat([x, h[layer]], dim=-1)
+            gates = F.linear(inp, w, b)
+            if layer == 0:
+                gates = gates + emb_gates
+            i, f, g, o = gates.chunk(4, dim=-1)
+            c[layer] = torch.sigmoid(f) * c[layer] + torch.sigmoid(i) * torch.tanh(g)
+            h[layer] = torch.sigmoid(o) * torch.tanh(c[layer])
+            x = self.dropout(h[layer]) if layer < self.layers - 1 else h[layer]
+        return x
+
+    # -- run a block of target steps --------------------------------------------------------
+    def forward(
+        self,
+        tgt_in: torch.Tensor,
+        state: dict[str, torch.Tensor],
+        memory: Memory | None,
+        start: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+        """Decode T steps with the given inputs y_{t-1}.
+
+        tgt_in: (B, T) input ids; state: {"h": (B, L, H), "c": (B, L, H), "feed": (B, H)};
+        start: the absolute index of the first step (local-m's p_t = t).
+        Returns logits (B, T, V), the new state, and attention weights (B, T, S) or None.
+        """
+        B, T = tgt_in.shape
+        emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        positions = torch.arange(start, start + T, device=tgt_in.device)
+        if not self.input_feed:
+            h0 = state["h"].transpose(0, 1).contiguous()  # (L, B, H)
+            c0 = state["c"].transpose(0, 1).contiguous()
+            top, (h_n, c_n) = self.rnn(emb, (h0, c0))  # top: (B, T, H)
+            h_tilde, weights = self._attend(top, memory, positions, need_weights)
+            new_state = {"h": h_n.transpose(0, 1), "c": c_n.transpose(0, 1), "feed": state["feed"]}
+        else:
+            w_ih0 = self.rnn.weight_ih_l0[:, : self.embed_dim]
+            emb_gates = F.linear(emb, w_ih0)  # (B, T, 4H): layer 1's embedding half, all steps
+            step_weights = self._step_weights()
+            h = list(state["h"].unbind(1))
+            c = list(state["c"].unbind(1))
+            feed = state["feed"]
+            outputs, all_weights = [], []
+            for t in range(T):
+                top = self._lstm_step(emb_gates[:, t], feed, h, c, step_weights)  # (B, H)
+                h_tilde_t, w_t = self._attend(
+                    top.unsqueeze(1), memory, positions[t : t + 1], need_weights
+                )
+                feed = self.dropout(h_tilde_t.squeeze(1))  # h̃_t, fed to step t+1
+                outputs.append(feed)
+                if w_t is not None and need_weights:
+                    all_weights.append(w_t)
+            h_tilde = torch.stack(outputs, dim=1)  # (B, T, H), dropout already applied
+            weights = torch.cat(all_weights, dim=1) if all_weights else None
+            new_state = {"h": torch.stack(h, 1), "c": torch.stack(c, 1), "feed": feed}
+            logits = self.W_s(h_tilde)
+            return logits, new_state, (weights if need_weights else None)
+        logits = self.W_s(self.dropout(h_tilde))  # (B, T, V)
+        return logits, new_state, (weights if need_weights else None)
