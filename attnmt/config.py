@@ -64,6 +64,7 @@ class TrainConfig:
     clip: float = 5.0
     batch_size: int = 128
     batch_by: str = "sents"  # sents | tokens
+    loss_norm: str = "tokens"  # tokens (mean per token) | sents (sum per sentence, the paper's SGD)
     init_uniform: float = 0.1  # 0: PyTorch's default initialisation
     label_smoothing: float = 0.0
     accumulate: int = 1
@@ -78,8 +79,12 @@ class TrainConfig:
     log_every: int = 50
 
 
+TASKS = ("translate", "lm", "classify")
+
+
 @dataclass
 class Config:
+    task: str = "translate"  # translate | lm | classify
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -145,6 +150,11 @@ def from_dict(raw: Any, path: str | None = None, text: str = "") -> Config:
     cfg = Config()
     sections = {f.name: f for f in dataclasses.fields(Config)}
     for name, body in raw.items():
+        if name == "task":
+            if body not in TASKS:
+                raise UserError(f"task must be one of {', '.join(TASKS)}", path, lines.get((name,)))
+            cfg.task = body
+            continue
         if name not in sections:
             raise UserError(
                 f"unknown section {name!r} (expected {', '.join(sections)})", path, lines.get((name,))
@@ -190,6 +200,9 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     for item in overrides:
         key, sep, value = item.partition("=")
         parts = key.strip().split(".")
+        if sep and parts == ["task"]:
+            raw["task"] = value.strip()
+            continue
         if not sep or len(parts) != 2:
             raise UserError(f"--set expects section.key=value, got {item!r}")
         section, name = parts

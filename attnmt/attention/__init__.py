@@ -6,8 +6,16 @@ from torch import nn
 
 from attnmt.attention.base import Memory, masked_softmax
 from attnmt.attention.global_attention import SCORES, GlobalAttention
+from attnmt.attention.local_attention import LocalAttention
 
-__all__ = ["Memory", "masked_softmax", "GlobalAttention", "SCORES", "build_attention"]
+__all__ = [
+    "Memory",
+    "masked_softmax",
+    "GlobalAttention",
+    "LocalAttention",
+    "SCORES",
+    "build_attention",
+]
 
 
 def build_attention(cfg, query_dim: int, memory_dim: int) -> nn.Module | None:
@@ -17,4 +25,10 @@ def build_attention(cfg, query_dim: int, memory_dim: int) -> nn.Module | None:
         return None
     if kind == "global":
         return GlobalAttention(cfg.score, query_dim, memory_dim, cfg.max_src_len)
+    if kind in ("local-m", "local-p"):
+        # sigma 0 = the paper's default (D/2 for local-p, no Gaussian for local-m); .inf = none
+        sigma = cfg.sigma if cfg.sigma > 0 else None
+        return LocalAttention(
+            kind, cfg.score, query_dim, memory_dim, cfg.window, sigma, cfg.local_composition
+        )
     raise ValueError(f"unknown attention {kind!r}")

@@ -1,0 +1,18 @@
+"""Generation models. ``build_model`` maps a config to a model; every model implements the
+interface documented in seq2seq.py (forward / encode / init_state / step)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from attnmt.config import Config
+from attnmt.errors import UserError
+
+
+def build_model(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
+    kind = cfg.model.type
+    if cfg.task == "translate" and kind == "lstm":
+        from attnmt.models.seq2seq import Seq2Seq
+
+        return Seq2Seq(cfg.model, src_vocab, tgt_vocab, cfg.train.init_uniform)
+    raise UserError(f"no model of type {kind!r} for task {cfg.task!r}")

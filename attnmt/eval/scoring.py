@@ -1,0 +1,45 @@
+"""Corpus-level translation metrics via sacrebleu.
+
+- ``bleu``: sacrebleu's standard detokenised BLEU (13a tokenisation) with its signature.
+- ``tokenized_bleu``: both sides Moses-tokenised, then BLEU without further tokenisation — the
+  multi-bleu.perl style the paper reports, for comparison with its numbers.
+- ``chrf``: character n-gram F-score.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import sacrebleu
+
+
+@lru_cache(maxsize=4)
+def _moses(lang: str):
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer(lang=lang)
+
+
+def bleu(hyps: list[str], refs: list[str]) -> dict:
+    metric = sacrebleu.BLEU()
+    result = metric.corpus_score(hyps, [refs])
+    return {"bleu": round(result.score, 2), "signature": str(metric.get_signature())}
+
+
+def tokenized_bleu(hyps: list[str], refs: list[str], lang: str = "en") -> float:
+    tok = _moses(lang)
+    h = [tok.tokenize(x, escape=False, return_str=True) for x in hyps]
+    r = [tok.tokenize(x, escape=False, return_str=True) for x in refs]
+    return round(sacrebleu.corpus_bleu(h, [r], tokenize="none").score, 2)
+
+
+def chrf(hyps: list[str], refs: list[str]) -> float:
+    return round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)
+
+
+def score_all(hyps: list[str], refs: list[str], lang: str = "en") -> dict:
+    out = bleu(hyps, refs)
+    out["bleu_tok"] = tokenized_bleu(hyps, refs, lang)
+    out["chrf"] = chrf(hyps, refs)
+    out["sentences"] = len(hyps)
+    return out

@@ -1,0 +1,134 @@
+"""Checkpoints: crash-safe directories of safetensors weights plus training state.
+
+Layout of a run directory::
+
+    RUN/config.yaml  RUN/src.vocab|src.spm.model  RUN/tgt.vocab|tgt.spm.model  RUN/log.jsonl
+    RUN/checkpoints/step-00001200/model.safetensors   weights (what translate/serve load)
+    RUN/checkpoints/step-00001200/trainer.pt          optimizer, scheduler, RNG, progress
+    RUN/checkpoints/LAST, RUN/checkpoints/BEST         one line: the directory name
+
+A checkpoint directory is written under a temporary name and renamed into place, and the pointer
+files are replaced atomically, so a kill at any moment leaves either the old or the new checkpoint,
+never a truncated one. The newest ``keep`` checkpoints (and BEST) are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from safetensors.torch import load_file, save_file
+
+from attnmt.errors import UserError
+
+
+def _write_pointer(path: Path, name: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_pointer(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    name = path.read_text().strip()
+    return name if name and (path.parent / name).is_dir() else None
+
+
+def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Weights as contiguous CPU tensors; shared tensors are saved once per name."""
+    model = getattr(model, "module", model)  # unwrap DDP
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+
+
+def save_checkpoint(
+    run_dir: str | os.PathLike,
+    step: int,
+    model: torch.nn.Module,
+    trainer_state: dict[str, Any] | None,
+    best: bool = False,
+    keep: int = 5,
+) -> Path:
+    ckpt_root = Path(run_dir) / "checkpoints"
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:08d}"
+    final = ckpt_root / name
+    tmp = ckpt_root / f".{name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_file(state_dict_for_saving(model), str(tmp / "model.safetensors"))
+    if trainer_state is not None:
+        torch.save(trainer_state, tmp / "trainer.pt")
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _write_pointer(ckpt_root / "LAST", name)
+    if best:
+        _write_pointer(ckpt_root / "BEST", name)
+    _prune(ckpt_root, keep)
+    return final
+
+
+def _prune(ckpt_root: Path, keep: int) -> None:
+    protected = {_read_pointer(ckpt_root / "LAST"), _read_pointer(ckpt_root / "BEST")}
+    steps = sorted(p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+    for old in steps[:-keep] if keep > 0 else []:
+        if old.name not in protected:
+            shutil.rmtree(old, ignore_errors=True)
+    for stale in ckpt_root.glob(".step-*.tmp-*"):  # left by a killed writer
+        if stale.is_dir() and not stale.name.endswith(f"-{os.getpid()}"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def find_checkpoint(run_dir: str | os.PathLike, which: str = "best") -> Path:
+    """The checkpoint directory ``which`` ("best", "last" or a step directory name)."""
+    root = Path(run_dir) / "checkpoints"
+    if which in ("best", "last"):
+        name = _read_pointer(root / which.upper())
+        if name is None and which == "best":
+            name = _read_pointer(root / "LAST")
+        if name is None:
+            raise UserError("no checkpoint found (is this a training run directory?)", str(run_dir))
+        return root / name
+    path = root / which
+    if not path.is_dir():
+        raise UserError(f"no checkpoint {which!r}", str(run_dir))
+    return path
+
+
+def load_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    path = str(path)
+    try:
+        return load_file(path)
+    except FileNotFoundError:
+        raise UserError("model weights not found", path) from None
+    except Exception as err:  # safetensors raises its own error types on corrupt files
+        raise UserError(f"not a valid safetensors file ({str(err).splitlines()[0]})", path) from None
+
+
+def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
+    path = ckpt_dir / "trainer.pt"
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError:
+        raise UserError("checkpoint has no trainer state (cannot resume)", str(path)) from None
+    except Exception as err:  # torch.load raises many types on corrupt files
+        raise UserError(f"corrupt trainer state ({type(err).__name__})", str(path)) from None

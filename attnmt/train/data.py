@@ -1,0 +1,100 @@
+"""Turn a config's data section into tokenizers and token-id datasets for the trainer.
+
+Tokenizers are trained on the training data the first time a run starts and saved in the run
+directory; a resumed run (or another data-parallel rank) loads them from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from attnmt.config import Config
+from attnmt.data.batching import encode_corpus, filter_by_length
+from attnmt.data.corpus import read_lines, read_parallel
+from attnmt.data.vocab import SentencePieceTokenizer, Tokenizer, WordTokenizer, load_tokenizer
+from attnmt.errors import UserError
+
+
+@dataclass
+class TaskData:
+    src_tok: Tokenizer | None
+    tgt_tok: Tokenizer
+    train_src: list[list[int]]
+    train_tgt: list[list[int]]
+    dev_src: list[list[int]] = field(default_factory=list)
+    dev_tgt: list[list[int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: Path) -> Tokenizer:
+    if kind == "word":
+        return WordTokenizer.build(lines, max_size=size, lang=lang)
+    if kind in ("bpe", "unigram"):
+        return SentencePieceTokenizer.build(lines, prefix, vocab_size=size, model_type=kind)
+    raise UserError(f"data.tokenizer must be word, bpe or unigram, not {kind!r}")
+
+
+def _tokenizer(cfg: Config, run_dir: Path, side: str, lines: list[str], create: bool) -> Tokenizer:
+    if not create:
+        return load_tokenizer(run_dir, side)
+    d = cfg.data
+    size = d.src_vocab_size if side == "src" else d.tgt_vocab_size
+    lang = d.src if side == "src" else d.tgt
+    if d.lowercase:
+        lines = [line.lower() for line in lines]
+    tok = build_tokenizer(d.tokenizer, lines, size, lang, run_dir / f"{side}.spm")
+    tok.save(run_dir, side)
+    return tok
+
+
+def _lower(lines: list[str], cfg: Config) -> list[str]:
+    return [line.lower() for line in lines] if cfg.data.lowercase else lines
+
+
+def prepare_data(
+    cfg: Config, run_dir: Path, create_tokenizers: bool, sync: Callable[[], None] = lambda: None
+) -> TaskData:
+    """Read, tokenise and length-filter the training and dev data of ``cfg``.
+
+    ``create_tokenizers``: train and save new tokenizers (first start, rank 0); otherwise load
+    them from ``run_dir``. ``sync`` is called between the two (a barrier for data-parallel runs).
+    """
+    d = cfg.data
+    if not d.train:
+        raise UserError("data.train is not set in the config")
+    if cfg.task == "translate":
+        src_lines, tgt_lines, stats = read_parallel(d.train, d.src, d.tgt)
+        src_lines, tgt_lines = _lower(src_lines, cfg), _lower(tgt_lines, cfg)
+        src_tok = _tokenizer(cfg, run_dir, "src", src_lines, create_tokenizers)
+        tgt_tok = _tokenizer(cfg, run_dir, "tgt", tgt_lines, create_tokenizers)
+        sync()
+        if not create_tokenizers:
+            src_tok, tgt_tok = load_tokenizer(run_dir, "src"), load_tokenizer(run_dir, "tgt")
+        train_src = encode_corpus(src_tok, src_lines, d.reverse_source)
+        train_tgt = encode_corpus(tgt_tok, tgt_lines)
+        train_src, train_tgt, dropped = filter_by_length(train_src, train_tgt, d.max_len)
+        data = TaskData(src_tok, tgt_tok, train_src, train_tgt)
+        data.notes.append(f"train: {stats.summary()}; {dropped} pairs over {d.max_len} tokens")
+        if d.dev:
+            dsrc, dtgt, _ = read_parallel(d.dev, d.src, d.tgt)
+            data.dev_src = encode_corpus(src_tok, _lower(dsrc, cfg), d.reverse_source)
+            data.dev_tgt = encode_corpus(tgt_tok, _lower(dtgt, cfg))
+        return data
+    if cfg.task == "lm":
+        lines = [x for x in _lower(read_lines(d.train), cfg) if x.strip()]
+        if not lines:
+            raise UserError("training text has no non-empty lines", d.train)
+        tgt_tok = _tokenizer(cfg, run_dir, "tgt", lines, create_tokenizers)
+        sync()
+        if not create_tokenizers:
+            tgt_tok = load_tokenizer(run_dir, "tgt")
+        ids = [seq[: d.max_len] for seq in encode_corpus(tgt_tok, lines) if seq]
+        data = TaskData(None, tgt_tok, [[] for _ in ids], ids)
+        if d.dev:
+            dev = [x for x in _lower(read_lines(d.dev), cfg) if x.strip()]
+            data.dev_tgt = [s for s in encode_corpus(tgt_tok, dev) if s]
+            data.dev_src = [[] for _ in data.dev_tgt]
+        return data
+    raise UserError(f"task {cfg.task!r} has no data loader")

@@ -1,0 +1,383 @@
+"""The training loop: the paper's SGD recipe or Adam with warm-up, data-parallel with DDP.
+
+    attnmt train CONFIG.yaml --out RUN [--set section.key=value ...] [--resume]
+    torchrun --nproc-per-node N -m attnmt train CONFIG.yaml --out RUN      # data parallel
+
+One step: forward with teacher forcing, cross-entropy over target tokens (normalised per sentence,
+as the paper's SGD recipe assumes, or per token), backward, gradient-norm clipping, update. Every
+``valid_every`` steps (default: each epoch) the dev perplexity is computed and a checkpoint written;
+the best one by dev perplexity is marked BEST. Only rank 0 writes files. SIGINT/SIGTERM finish the
+current step, write a checkpoint and exit cleanly; SIGKILL loses at most the work since the last
+checkpoint, and ``--resume`` continues from it with the same batch order and RNG state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from attnmt.config import Config, load_config, save_config
+from attnmt.data.batching import Batch, iterate_batches, make_batches
+from attnmt.data.vocab import PAD
+from attnmt.errors import UserError
+from attnmt.models import build_model
+from attnmt.train.checkpoint import (
+    find_checkpoint,
+    load_trainer_state,
+    load_weights,
+    save_checkpoint,
+)
+from attnmt.train.data import TaskData, prepare_data
+
+
+# -- devices and processes ----------------------------------------------------------------------
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} requested but CUDA is not available")
+    return torch.device(name)
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def init_distributed(device_name: str) -> tuple[Dist, torch.device]:
+    """Join the process group torchrun set up (WORLD_SIZE > 1), or run as a single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist(), resolve_device(device_name)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() and device_name != "cpu"
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    return Dist(rank, world, local_rank), device
+
+
+# -- loss and learning rate ---------------------------------------------------------------------
+def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+    """Summed cross-entropy over non-padding target tokens. logits (B,T,V), target (B,T)."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        target.reshape(-1),
+        ignore_index=PAD,
+        reduction="sum",
+        label_smoothing=smoothing,
+    )
+
+
+def learning_rate(cfg: Config, epoch: int, step: int) -> float:
+    """SGD (the paper): lr, halved (×decay) every epoch after ``decay_start``.
+    Adam: linear warm-up for ``warmup`` steps, then inverse square root decay."""
+    t = cfg.train
+    if t.optimizer == "sgd":
+        return t.lr * t.decay ** max(0, epoch - t.decay_start)
+    step = max(step, 1)
+    return t.lr * min(step / max(t.warmup, 1), math.sqrt(max(t.warmup, 1) / step))
+
+
+def make_optimizer(cfg: Config, model: torch.nn.Module) -> torch.optim.Optimizer:
+    t = cfg.train
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=t.lr)
+    if t.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=t.lr, betas=(0.9, 0.98), eps=1e-9)
+    raise UserError(f"train.optimizer must be sgd or adam, not {t.optimizer!r}")
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+@torch.no_grad()
+def perplexity(model, src, tgt, device, batch_tokens: int = 4000, autocast=nullcontext) -> dict:
+    """Perplexity of a translation/LM model on token-id data (teacher forcing, </s> scored)."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
+        batch = batch.to(device)
+        with autocast():
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        total += float(token_loss(logits, batch.tgt_out))
+        tokens += batch.target_tokens
+    model.train()
+    return {"loss": total / max(tokens, 1), "ppl": math.exp(min(total / max(tokens, 1), 50)), "tokens": tokens}
+
+
+# -- the loop -----------------------------------------------------------------------------------
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
+        self.cfg, self.run_dir = cfg, run_dir
+        t = cfg.train
+        self.dist, self.device = init_distributed(t.device)
+        if t.threads > 0:
+            torch.set_num_threads(t.threads)
+        torch.manual_seed(t.seed + self.dist.rank)
+        resuming = resume and (run_dir / "checkpoints" / "LAST").exists()
+        if self.dist.main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if not resuming:
+                save_config(cfg, run_dir / "config.yaml")
+        self.data: TaskData = prepare_data(
+            cfg, run_dir, create_tokenizers=self.dist.main and not resuming, sync=self.dist.barrier
+        )
+        src_vocab = len(self.data.src_tok) if self.data.src_tok else 0
+        self.model = build_model(cfg, src_vocab, len(self.data.tgt_tok)).to(self.device)
+        self.optimizer = make_optimizer(cfg, self.model)
+        self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
+        self.elapsed, self.best_ppl = 0.0, float("inf")
+        if resuming:
+            self._resume()
+        self.ddp = self.model
+        if self.dist.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        use_amp = t.amp and self.device.type == "cuda"
+        dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+        self.autocast = (
+            (lambda: torch.autocast("cuda", dtype=dtype)) if use_amp else nullcontext
+        )
+        self.scaler = torch.amp.GradScaler("cuda", enabled=use_amp and dtype == torch.float16)
+        self.stop_requested = False
+
+    # -- state ---------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        ckpt = find_checkpoint(self.run_dir, "last")
+        self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
+        state = load_trainer_state(ckpt)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.epoch = state["step"], state["epoch"]
+        self.batch_in_epoch, self.elapsed = state["batch_in_epoch"], state["elapsed"]
+        self.best_ppl = state["best_ppl"]
+        torch.set_rng_state(state["rng"])
+        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.log({"event": "resume", "checkpoint": ckpt.name, "step": self.step})
+
+    def _trainer_state(self) -> dict:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch,
+            "elapsed": self.elapsed,
+            "best_ppl": self.best_ppl,
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+
+    def checkpoint(self, best: bool = False) -> None:
+        if self.dist.main:
+            save_checkpoint(self.run_dir, self.step, self.model, self._trainer_state(), best)
+
+    def log(self, record: dict) -> None:
+        if not self.dist.main:
+            return
+        record = {"time": round(time.time(), 3), **record}
+        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # -- validation ----------------------------------------------------------------------------
+    def validate(self) -> dict | None:
+        if not self.data.dev_tgt:
+            return None
+        result = perplexity(
+            self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast
+        )
+        best = result["ppl"] < self.best_ppl
+        if best:
+            self.best_ppl = result["ppl"]
+        self.log({"event": "valid", "step": self.step, "epoch": self.epoch, **result, "best": best})
+        self.checkpoint(best=best)
+        return result
+
+    # -- training ------------------------------------------------------------------------------
+    def _epoch_batches(self) -> list[list[int]]:
+        t = self.cfg.train
+        batches = make_batches(
+            self.data.train_src, self.data.train_tgt, t.batch_size, t.batch_by, True, t.seed, self.epoch
+        )
+        if self.dist.world > 1:  # every rank takes the same number of batches
+            usable = len(batches) - len(batches) % self.dist.world
+            batches = batches[self.dist.rank : usable : self.dist.world]
+        return batches
+
+    def _install_signal_handlers(self) -> None:
+        def request_stop(signum, frame):
+            self.stop_requested = True
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                signal.signal(sig, request_stop)
+            except ValueError:  # not the main thread (e.g. inside a test runner thread)
+                pass
+
+    def train_step(self, batches: list[Batch]) -> tuple[float, int]:
+        """One update from ``batches`` (gradient accumulation); returns summed loss and tokens."""
+        t = self.cfg.train
+        lr = learning_rate(self.cfg, self.epoch, self.step + 1)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss, total_tokens = 0.0, 0
+        norm = sum(b.target_tokens if t.loss_norm == "tokens" else b.src.size(0) for b in batches)
+        for i, batch in enumerate(batches):
+            batch = batch.to(self.device)
+            sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
+            with sync(), self.autocast():
+                logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
+                loss = token_loss(logits, batch.tgt_out, t.label_smoothing)
+            self.scaler.scale(loss / norm).backward()
+            total_loss += float(loss.detach())
+            total_tokens += batch.target_tokens
+        self.scaler.unscale_(self.optimizer)
+        if t.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.step += 1
+        return total_loss, total_tokens
+
+    def _out_of_budget(self) -> bool:
+        t = self.cfg.train
+        if t.max_steps and self.step >= t.max_steps:
+            return True
+        if t.max_time and self.elapsed >= t.max_time:
+            return True
+        return False
+
+    def _agree(self, flag: bool) -> bool:
+        """All ranks stop together: any rank's stop request stops everyone."""
+        if self.dist.world == 1:
+            return flag
+        x = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return bool(x.item() > 0)
+
+    def train(self) -> dict:
+        t = self.cfg.train
+        self._install_signal_handlers()
+        for note in self.data.notes:
+            self.log({"event": "data", "note": note})
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.log({"event": "start", "params": n_params, "device": str(self.device), "world": self.dist.world})
+        per_epoch = len(self._epoch_batches()) // max(t.accumulate, 1)
+        total_steps = t.max_steps or per_epoch * t.epochs
+        bar = tqdm(
+            total=total_steps, initial=self.step, disable=not self.dist.main, unit="step",
+            dynamic_ncols=True, mininterval=1.0 if os.isatty(2) else 30.0,
+        )
+        window_loss, window_tokens, window_time = 0.0, 0, 0.0
+        finished = "epochs"
+        while self.epoch <= t.epochs:
+            batches = self._epoch_batches()
+            groups = [batches[i : i + t.accumulate] for i in range(0, len(batches), t.accumulate)]
+            while self.batch_in_epoch < len(groups):
+                if self._agree(self.stop_requested or self._out_of_budget()):
+                    finished = "signal" if self.stop_requested else "budget"
+                    break
+                idx = groups[self.batch_in_epoch]
+                step_batches = list(iterate_batches(self.data.train_src, self.data.train_tgt, idx))
+                start = time.perf_counter()
+                loss, tokens = self.train_step(step_batches)
+                took = time.perf_counter() - start
+                self.elapsed += took
+                self.batch_in_epoch += 1
+                window_loss, window_tokens, window_time = window_loss + loss, window_tokens + tokens, window_time + took
+                bar.update(1)
+                if self.step % t.log_every == 0 or self.step == 1:
+                    avg = window_loss / max(window_tokens, 1)
+                    tok_s = window_tokens * self.dist.world / max(window_time, 1e-9)
+                    eta = (total_steps - self.step) * window_time / max(t.log_every, 1)
+                    if t.max_time:
+                        eta = min(eta, t.max_time - self.elapsed)
+                    lr = self.optimizer.param_groups[0]["lr"]
+                    bar.set_postfix(loss=f"{avg:.3f}", ppl=f"{math.exp(min(avg, 50)):.1f}",
+                                    tok_s=f"{tok_s:.0f}", eta=f"{max(eta, 0) / 60:.1f}m", lr=f"{lr:.3g}")
+                    self.log({"event": "train", "step": self.step, "epoch": self.epoch, "loss": avg,
+                              "ppl": math.exp(min(avg, 50)), "lr": lr, "tok_s": tok_s,
+                              "elapsed": round(self.elapsed, 2)})
+                    window_loss, window_tokens, window_time = 0.0, 0, 0.0
+                if t.valid_every and self.step % t.valid_every == 0:
+                    self.validate()
+                elif t.save_every and self.step % t.save_every == 0:
+                    self.checkpoint()
+            else:
+                self.epoch += 1
+                self.batch_in_epoch = 0
+                if not t.valid_every:
+                    self.validate() if self.data.dev_tgt else self.checkpoint()
+                continue
+            break
+        bar.close()
+        result = self.validate() if self.data.dev_tgt else None
+        if result is None:
+            self.checkpoint()
+        summary = {"event": "end", "reason": finished, "step": self.step, "epoch": self.epoch,
+                   "elapsed": round(self.elapsed, 1), "best_dev_ppl": self.best_ppl}
+        self.log(summary)
+        if self.dist.world > 1:
+            dist.barrier()
+        return summary
+
+
+def run_training(config_path: str | None, run_dir: str, overrides: list[str], resume: bool) -> dict:
+    run = Path(run_dir)
+    saved = run / "config.yaml"
+    has_ckpt = (run / "checkpoints" / "LAST").exists()
+    if has_ckpt and not resume:
+        raise UserError("run directory already has checkpoints; pass --resume or use a new --out", run_dir)
+    if resume and has_ckpt:
+        cfg = load_config(saved, overrides)
+    elif config_path is None:
+        raise UserError("a CONFIG file is needed to start a new run")
+    else:
+        cfg = load_config(config_path, overrides)
+    validate_config(cfg)
+    trainer = Trainer(cfg, run, resume=resume)
+    if resume and has_ckpt and overrides and trainer.dist.main:
+        save_config(cfg, saved)  # e.g. a longer budget given on resume
+    return trainer.train()
+
+
+def validate_config(cfg: Config) -> None:
+    t, m = cfg.train, cfg.model
+    choices = {
+        "train.optimizer": (t.optimizer, ("sgd", "adam")),
+        "train.batch_by": (t.batch_by, ("sents", "tokens")),
+        "train.loss_norm": (t.loss_norm, ("sents", "tokens")),
+        "data.tokenizer": (cfg.data.tokenizer, ("word", "bpe", "unigram")),
+        "model.local_composition": (m.local_composition, ("paper", "inside")),
+    }
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UserError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+    for key, value in (("train.batch_size", t.batch_size), ("model.hidden", m.hidden),
+                       ("model.layers", m.layers), ("train.accumulate", t.accumulate)):
+        if value < 1:
+            raise UserError(f"{key} must be at least 1, got {value}")
