@@ -9,12 +9,12 @@ from attnmt.attention.global_attention import SCORES, GlobalAttention
 from attnmt.attention.local_attention import LocalAttention
 
 __all__ = [
-    "Memory",
-    "masked_softmax",
+    "SCORES",
     "GlobalAttention",
     "LocalAttention",
-    "SCORES",
+    "Memory",
     "build_attention",
+    "masked_softmax",
 ]
 
 

@@ -28,8 +28,10 @@ Choices the paper leaves open, fixed here:
 
 Cost. Only the window's 2D+1 encoder states are gathered for each target step (indices clamped
 into range, out-of-range or padded slots masked), so a block of T steps costs O(T·D·d) time and
-memory, whatever the source length S; the full T×S score matrix is never formed. The dense
-(B, T, S) weights are built by scattering the window weights back, and only when asked for.
+memory, whatever the source length S; the full T×S score matrix is never formed. `general` is
+computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected copy of the source either (`concat`
+still precomputes W h̄_s once per sentence). The dense (B, T, S) weights are built by scattering
+the window weights back, and only when asked for (need_weights=True).
 """
 
 from __future__ import annotations
@@ -96,8 +98,11 @@ class LocalAttention(nn.Module):
         return math.isfinite(self.sigma)
 
     def prepare(self, values: torch.Tensor, mask: torch.Tensor) -> Memory:
-        # values (B, S, d), mask (B, S): the same memory as global attention, so select() works
-        return Memory(values=values, keys=self.score.keys(values), mask=mask, lengths=mask.sum(1))
+        # values (B, S, d), mask (B, S). `general` keeps keys = values: h_tᵀ W_a h̄_s is computed
+        # as (W_aᵀ h_t)ᵀ h̄_s, which costs O(T·d²) per block instead of O(S·d²) per sentence and
+        # keeps no second S-long tensor; `concat` still needs W_memory h̄_s for every s.
+        keys = values if self.score.kind == "general" else self.score.keys(values)
+        return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1))
 
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None
@@ -135,7 +140,10 @@ class LocalAttention(nn.Module):
         in_mask = memory.mask.gather(1, clamped.view(B, -1)).view(B, T, -1)
         valid = (index >= 0) & (index < S) & in_mask  # (B, T, W)
 
-        keys = gather_windows(memory.keys, clamped)  # (B, T, W, d_k)
+        values = gather_windows(memory.values, clamped)  # (B, T, W, d)
+        keys = values if memory.keys is memory.values else gather_windows(memory.keys, clamped)
+        if self.score.kind == "general":
+            query = query @ self.score.W_a.weight  # W_aᵀ h_t: (B, T, d)
         scores = self.score(query, keys).float()  # (B, T, W)
         if self.gaussian:
             log_gauss = -((index.float() - p.unsqueeze(-1)) ** 2) / (2 * self.sigma**2)
@@ -145,7 +153,6 @@ class LocalAttention(nn.Module):
         if self.gaussian and self.composition == "paper":
             weights = weights * log_gauss.exp()  # eq. 10
 
-        values = gather_windows(memory.values, clamped)  # (B, T, W, d)
         weights = weights.to(values.dtype)
         context = (weights.unsqueeze(-2) @ values).squeeze(-2)  # c_t: (B, T, d)
         if not need_weights:
