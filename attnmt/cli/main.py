@@ -18,6 +18,7 @@ COMMANDS = [
     "train",
     "translate",
     "score",
+    "data",
 ]
 
 

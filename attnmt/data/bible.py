@@ -25,9 +25,15 @@ from pathlib import Path
 
 from attnmt.data import debian, outputs
 from attnmt.data.sword import (
-    JUNCTION, SwordTools, book_of, imp_verses, parse_key, parse_verse, range_key, sort_keys,
+    JUNCTION,
+    SwordTools,
+    book_of,
+    imp_verses,
+    parse_verse,
+    range_key,
+    sort_keys,
 )
-from attnmt.data.versification import AlignConfig, Segment, Verse, align_bibles, dice, keep_segment
+from attnmt.data.versification import AlignConfig, Segment, Verse, align_bibles, keep_segment
 from attnmt.errors import UserError
 
 FORMAT = 1  # bump when the output of the same sources changes
@@ -55,7 +61,7 @@ def split_of(key: str) -> str:
 # ---------------------------------------------------------------- Spanish module quirks
 
 _WORD = re.compile(r"\w+")
-ENCLITICS = frozenset("lo la le los las les me te se nos os".split())
+ENCLITICS = frozenset(["lo", "la", "le", "los", "las", "les", "me", "te", "se", "nos", "os"])
 
 
 def _free_word_counts(texts: list[str]) -> Counter[str]:
@@ -127,14 +133,14 @@ def recase_openings(texts: dict[str, str]) -> dict[str, str]:
     return out
 
 
-_COLOPHON = re.compile(r"(.*\bAm[eé]n\.)\s+(.*\b(?:escrit|enviad)\w*.*)$", re.I)
+_COLOPHON = re.compile(r"(.*\bAm[eé]n\.)\s+(.*\b(?:escrit|enviad)\w*.*)$", re.IGNORECASE)
 
 
 def strip_colophons(texts: dict[str, str]) -> dict[str, str]:
     """Drop the subscriptions the module appends to epistles' last verses ("Amén. Fué escrita
     de Corinto á los Romanos ..."): no English module has them in the verse text."""
     last: dict[str, str] = {}
-    for key in texts:
+    for key in sort_keys(list(texts)):
         last[book_of(key)] = key
     out = dict(texts)
     for key in last.values():
@@ -150,7 +156,7 @@ def strip_colophons(texts: dict[str, str]) -> dict[str, str]:
 def read_module(tools: SwordTools, name: str) -> dict[str, Verse]:
     """Verses of one of :data:`MODULES` (empty slots kept, text ''), with Spanish fixes."""
     module = MODULES[name][0]
-    raw = imp_verses(tools.dump(module))
+    raw = imp_verses(tools.entries(module))
     if not raw:
         raise UserError(f"SWORD module {module} has no verses", tools.module_dir())
     spanish = name == "sparv"
@@ -208,35 +214,11 @@ def _join(verses: dict[str, Verse], keys: tuple[str, ...]) -> str:
     return " ".join(verses[k].text for k in keys if k in verses and verses[k].text)
 
 
-def merge_extra_verses(segs: list[Segment], english: dict[str, Verse], kjv: dict[str, Verse]) -> list[Segment]:
-    """Attach verses the English module has but the KJV does not (WEB 3 John 1:15, Rev 12:18,
-    which split a KJV verse differently) to the segments around them: the segment holding the
-    previous verse through the one holding the next verse of the same book become one."""
-    extra = [k for k, v in english.items() if k not in kjv and v.text]
-    if not extra:
-        return segs
-    segs = list(segs)
-    for x in sort_keys(extra):
-        where = {k: i for i, s in enumerate(segs) for k in s.src}
-        same_book = [k for k in where if book_of(k) == book_of(x)]
-        before = [k for k in same_book if parse_key(k) < parse_key(x)]
-        after = [k for k in same_book if parse_key(k) > parse_key(x)]
-        if not before and not after:
-            continue
-        lo = where[max(before, key=parse_key)] if before else where[min(after, key=parse_key)]
-        hi = where[min(after, key=parse_key)] if after else lo
-        group = segs[lo : hi + 1]
-        src = tuple(sort_keys([k for s in group for k in s.src] + [x]))
-        tgt = tuple(k for s in group for k in s.tgt)
-        segs[lo : hi + 1] = [Segment(src, tgt, min(s.dice for s in group))]
-    return segs
-
-
 def make_pairs(
     kjv: dict[str, Verse],
     spa: dict[str, Verse],
     english: dict[str, Verse] | None = None,
-    cfg: AlignConfig = AlignConfig(),
+    cfg: AlignConfig | None = None,
 ) -> tuple[list[Pair], list[LogRow]]:
     """Aligned pairs in canonical order. The alignment is computed KJV <-> Spanish (same key
     system, dense Strong's tagging); ``english`` (e.g. the WEB, keyed like the KJV) replaces
@@ -244,7 +226,7 @@ def make_pairs(
     keys = [k for k in kjv if k in spa]
     if not keys:
         raise UserError("the English and Spanish modules share no verse keys")
-    segs = align_bibles(keys, kjv, spa, cfg)
+    segs = align_bibles(keys, kjv, spa, cfg or AlignConfig())
     log: list[LogRow] = []
     kept: list[Segment] = []
     for s in segs:
@@ -257,8 +239,7 @@ def make_pairs(
     if english is None:
         return [Pair(range_key(s.src), _join(kjv, s.src), _join(spa, s.tgt)) for s in kept], log
     pairs = []
-    for s in merge_extra_verses(kept, english, kjv):
-        extra = [k for k in s.src if k not in kjv]
+    for s in kept:
         if any(not english.get(k) or not english[k].text for k in s.src):
             log.append(LogRow(s.src, s.tgt, s.dice, False, "english-missing"))
             continue
@@ -267,8 +248,6 @@ def make_pairs(
         if not 1 / MAX_LENGTH_RATIO <= ratio <= MAX_LENGTH_RATIO:
             log.append(LogRow(s.src, s.tgt, s.dice, False, f"english-length-{ratio:.1f}x"))
             continue
-        if extra:
-            log.append(LogRow(s.src, s.tgt, s.dice, True, "english-extra-verse"))
         pairs.append(Pair(range_key(s.src), en, _join(spa, s.tgt)))
     return pairs, log
 
@@ -306,7 +285,7 @@ def write_corpus(out: Path, pairs: list[Pair], log: list[LogRow], config: dict, 
 def build_bible(
     out: str | Path,
     english: str = "web",
-    tools: SwordTools = SwordTools(),
+    tools: SwordTools | None = None,
     install: bool = True,
     force: bool = False,
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
@@ -323,6 +302,7 @@ def build_bible(
     if not force and outputs.is_complete(out, config):
         say(f"attnmt: {out}: complete, nothing to do (--force rebuilds)")
         return (outputs.read_manifest(out) or {}).get("info", {})
+    tools = tools or SwordTools()
     names = sorted({"kjv", "sparv", english})
     ensure_sources(tools, names, install)
     say("attnmt: reading SWORD modules " + ", ".join(MODULES[n][0] for n in names))

@@ -25,7 +25,7 @@ _APT_OPTS = ["-q", "-o", "APT::Sandbox::User=root"]
 
 
 def _run(cmd: Sequence[str], cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), cwd=cwd, env=_ENV, capture_output=True, text=True)
+    return subprocess.run(list(cmd), check=False, cwd=cwd, env=_ENV, capture_output=True, text=True)
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:

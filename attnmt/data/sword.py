@@ -16,7 +16,8 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from attnmt.errors import UserError
@@ -83,16 +84,29 @@ def osis_key(sword_key: str) -> str | None:
     return f"{OSIS_OF_SWORD[m[1]]}.{int(m[2])}.{int(m[3])}"
 
 
-def parse_imp(text: str) -> list[tuple[str, str]]:
-    """IMP text -> ``[(entry_key, raw_markup)]`` in module order, headings included."""
-    parts = re.split(r"^\$\$\$(.*)\n?", text, flags=re.M)
-    return [(k.strip(), body.strip("\n")) for k, body in zip(parts[1::2], parts[2::2])]
+def parse_imp(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """IMP text (an iterable of lines, or one string) -> ``(entry_key, raw_markup)`` pairs in
+    module order, headings included. Streams: a commentary dump can be hundreds of MB."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    key: str | None = None
+    body: list[str] = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if line.startswith("$$$"):
+            if key is not None:
+                yield key, "\n".join(body).strip("\n")
+            key, body = line[3:].strip(), []
+        elif key is not None:
+            body.append(line)
+    if key is not None:
+        yield key, "\n".join(body).strip("\n")
 
 
-def imp_verses(text: str) -> dict[str, str]:
-    """IMP text of a Bible module -> ``{osis_key: raw_markup}`` (verses only, module order)."""
+def imp_verses(entries: Iterable[tuple[str, str]] | str) -> dict[str, str]:
+    """Entries (or IMP text) of a Bible module -> ``{osis_key: raw_markup}``, verses only."""
     out: dict[str, str] = {}
-    for key, body in parse_imp(text):
+    for key, body in parse_imp(entries) if isinstance(entries, str) else entries:
         k = osis_key(key)
         if k is not None:
             out[k] = body
@@ -110,7 +124,7 @@ _DROPPED = {"note", "speaker", "rdg", "catchWord"}
 _BREAKING = {"l", "lg", "lb", "div", "p", "chapter", "milestone", "title", "list", "item",
              "br", "verse"}
 _WORDS = {"w", "transChange"}
-_ATTR_NEEDED = {"div", "title", "w"}
+_ATTR_NEEDED = {"div", "title", "w", "sync"}
 BREAK = "\x01"     # where a dropped/breaking element stood: a space only between two words
 JUNCTION = "\x02"  # two word elements written back to back, e.g. </w><transChange>
 _OPENERS = "“‘(«¿¡[\"'"
@@ -122,15 +136,8 @@ def _attrs(s: str) -> dict[str, str]:
     return {m[1]: m[2] if m[2] is not None else m[3] for m in _ATTR.finditer(s)}
 
 
-def parse_verse(raw: str, junction: str = " ") -> tuple[str, frozenset[str]]:
-    """Raw OSIS of one entry -> (plain text, Strong's numbers of its words).
-
-    Dropped: footnotes, cross references, speaker labels, headings that are not part of the
-    text (canonical psalm titles are kept), everything after a book's closing ``<div>`` (the WEB
-    puts its glossary there), USFM leftovers and pilcrows. ``junction`` is what two adjacent word
-    elements become (" " by default; :data:`JUNCTION` lets a caller decide per case).
-    Strong's numbers are normalised without leading zeros: ``H0430`` -> ``H430``.
-    """
+def _walk(raw: str, junction: str, block: str) -> tuple[str, frozenset[str]]:
+    """Markup -> text with :data:`BREAK`/``block`` marks, and the Strong's numbers seen."""
     out: list[str] = []
     nums: set[str] = set()
     drop_name, drop_depth = "", 0  # the dropped element we are inside, and its nesting depth
@@ -164,10 +171,33 @@ def parse_verse(raw: str, junction: str = " ") -> tuple[str, frozenset[str]]:
                 out.append(junction)
             if name == "w" and "lemma" in attrs:
                 nums.update(p + n for p, n in _STRONGS.findall(attrs["lemma"]))
+        elif name == "sync" and attrs.get("type", "").lower() == "strongs":  # ThML tagging
+            nums.update(p + n for p, n in _STRONGS.findall(attrs.get("value", "")))
         elif name in _BREAKING:
-            out.append(BREAK)
+            out.append(block)
         after_word = False
-    return _finish(html.unescape("".join(out))), frozenset(nums)
+    return html.unescape("".join(out)), frozenset(nums)
+
+
+def parse_verse(raw: str, junction: str = " ") -> tuple[str, frozenset[str]]:
+    """Raw OSIS of one entry -> (plain text, Strong's numbers of its words).
+
+    Dropped: footnotes, cross references, speaker labels, headings that are not part of the
+    text (canonical psalm titles are kept), everything after a book's closing ``<div>`` (the WEB
+    puts its glossary there), USFM leftovers and pilcrows. ``junction`` is what two adjacent word
+    elements become (" " by default; :data:`JUNCTION` lets a caller decide per case).
+    Strong's numbers are normalised without leading zeros: ``H0430`` -> ``H430``.
+    """
+    text, nums = _walk(raw, junction, BREAK)
+    return _finish(text), nums
+
+
+def entry_paragraphs(raw: str) -> list[str]:
+    """Raw OSIS of a commentary entry -> its paragraphs as plain text (block elements such as
+    ``<div type="x-p">``, ``<p>``, ``<lb/>``, list items separate paragraphs; notes and
+    headings are dropped)."""
+    text, _ = _walk(raw, " ", "\n")
+    return [p for p in (_finish(x) for x in text.split("\n")) if p]
 
 
 def _finish(s: str) -> str:
@@ -230,8 +260,8 @@ class SwordTools:
                 return conf
         return {}
 
-    def dump(self, module: str) -> str:
-        """The module as IMP text (``mod2imp MODULE``)."""
+    def entries(self, module: str) -> Iterator[tuple[str, str]]:
+        """Stream the module's ``(entry_key, raw_markup)`` pairs (``mod2imp MODULE``)."""
         exe = shutil.which(self.mod2imp)
         if exe is None:
             raise UserError(
@@ -242,12 +272,23 @@ class SwordTools:
         env = dict(os.environ)
         if self.sword_path:
             env["SWORD_PATH"] = self.sword_path
-        proc = subprocess.run([exe, module], capture_output=True, env=env)
-        text = proc.stdout.decode("utf-8", errors="replace")
-        if proc.returncode != 0 or "$$$" not in text:
-            err = proc.stderr.decode("utf-8", errors="replace").strip().splitlines()
-            raise UserError(
-                f"{self.mod2imp} {module} failed (exit {proc.returncode}): "
-                + (err[-1] if err else "no output")
+        # stderr to a file: a damaged module makes mod2imp print thousands of read warnings
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                [exe, module], stdout=subprocess.PIPE, stderr=err, env=env,
+                encoding="utf-8", errors="replace",
             )
-        return text
+            assert proc.stdout is not None
+            n = 0
+            with proc.stdout:
+                for entry in parse_imp(proc.stdout):
+                    n += 1
+                    yield entry
+            code = proc.wait()
+            if code != 0 or n == 0:
+                err.seek(0)
+                lines = err.read().decode("utf-8", "replace").strip().splitlines()
+                raise UserError(
+                    f"{self.mod2imp} {module} failed (exit {code}): "
+                    + (lines[-1] if lines else "no output")
+                )
