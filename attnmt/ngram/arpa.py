@@ -1,0 +1,262 @@
+"""ARPA back-off files, read and written compatibly with KenLM.
+
+Conventions (as KenLM): log10 probabilities and backoffs; fields separated by a tab (words by a
+space); every order but the highest has a backoff column; ``<s>`` is listed with log prob 0 (it is
+never predicted); ``<unk>`` is always listed (a file without it gets ``<unk>`` at -100, KenLM's
+default). Ids: 0 ``<pad>`` (never in the file), 1 ``<unk>``, 2 ``<s>``, 3 ``</s>``, then the other
+unigrams in file order, so a file we wrote reloads with the same ids.
+
+Numbers are written with 9 significant digits, which round-trips float32 exactly: our scores and
+KenLM's on our file use bit-identical parameters.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from attnmt.errors import UserError
+from attnmt.ngram.estimate import OrderTable
+
+UNKNOWN_MISSING_LOGPROB = -100.0  # what KenLM gives <unk> when a file lacks it
+_CHUNK = 200_000
+
+
+def ngram_words(tables: list[OrderTable], k: int, rows: np.ndarray) -> np.ndarray:
+    """Word ids [len(rows), k] of the order-k entries ``rows``, following the prefix chain."""
+    out = np.empty((len(rows), k), np.int64)
+    idx = rows
+    for j in range(k, 0, -1):
+        out[:, j - 1] = tables[j - 1].word[idx]
+        idx = tables[j - 1].prefix[idx]
+    return out
+
+
+def write_arpa(path: str | os.PathLike, vocab: list[str], tables: list[OrderTable]) -> None:
+    """Write an ARPA file (atomically: a temporary file renamed into place)."""
+    if len(set(vocab[1:])) != len(vocab) - 1:
+        raise UserError("the vocabulary has duplicate entries; it cannot be written as ARPA",
+                        str(path))
+    path = Path(path)
+    order = len(tables)
+    uni_rows = np.nonzero(np.isfinite(tables[0].logp) & (np.arange(len(vocab)) != PAD))[0]
+    counts = [len(uni_rows)] + [len(t.word) for t in tables[1:]]
+    words = np.array(vocab, dtype=object)
+    tmp = path.with_name(path.name + ".tmp")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
+        f.write("\\data\\\n")
+        for k, n in enumerate(counts, start=1):
+            f.write(f"ngram {k}={n}\n")
+        for k in range(1, order + 1):
+            f.write(f"\n\\{k}-grams:\n")
+            t = tables[k - 1]
+            all_rows = uni_rows if k == 1 else np.arange(len(t.word))
+            for s in range(0, len(all_rows), _CHUNK):
+                rows = all_rows[s : s + _CHUNK]
+                texts = [" ".join(r) for r in words[ngram_words(tables, k, rows)].tolist()]
+                probs = t.logp[rows].tolist()
+                if k < order:
+                    backs = t.logb[rows].tolist()
+                    f.write("".join(f"{p:.9g}\t{w}\t{b:.9g}\n"
+                                    for p, w, b in zip(probs, texts, backs)))
+                else:
+                    f.write("".join(f"{p:.9g}\t{w}\n" for p, w in zip(probs, texts)))
+        f.write("\n\\end\\\n")
+    os.replace(tmp, path)
+
+
+class _Lines:
+    """Numbered, UTF-8-checked lines of a (possibly gzipped) file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as probe:
+            gzipped = probe.read(2) == b"\x1f\x8b"
+        self.f = gzip.open(path, "rb") if gzipped else open(path, "rb")  # noqa: SIM115
+        self.lineno = 0
+        self.pending: str | None = None
+
+    def error(self, message: str, line: int | None = None) -> UserError:
+        return UserError(message, str(self.path), self.lineno if line is None else line)
+
+    def next(self) -> str | None:
+        if self.pending is not None:
+            line, self.pending = self.pending, None
+            return line
+        raw = self.f.readline()
+        if not raw:
+            return None
+        self.lineno += 1
+        try:
+            return raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as err:
+            raise self.error(f"invalid UTF-8 ({err.reason})") from None
+
+    def push_back(self, line: str) -> None:
+        self.pending = line
+
+    def next_nonblank(self) -> str | None:
+        while True:
+            line = self.next()
+            if line is None or line.strip():
+                return line
+
+
+def _number(text: str, lines: _Lines, what: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise lines.error(f"bad {what} {text!r}") from None
+    if not math.isfinite(x):
+        raise lines.error(f"bad {what} {text!r} (must be finite)")
+    return x
+
+
+def _read_counts(lines: _Lines) -> list[int]:
+    while True:
+        line = lines.next()
+        if line is None:
+            raise lines.error("not an ARPA file: no \\data\\ section")
+        if line.strip() == "\\data\\":
+            break
+    counts: list[int] = []
+    while True:
+        line = lines.next()
+        if line is None or not line.strip():
+            break
+        head, _, value = line.strip().partition("=")
+        parts = head.split()
+        if len(parts) != 2 or parts[0] != "ngram" or not value:
+            raise lines.error(f"bad count line {line!r} (expected 'ngram K=COUNT')")
+        try:
+            k, n = int(parts[1]), int(value)
+        except ValueError:
+            raise lines.error(f"bad count line {line!r}") from None
+        if k != len(counts) + 1 or n < 0:
+            raise lines.error(f"count lines must be 'ngram 1=..', 'ngram 2=..', ... got {line!r}")
+        counts.append(n)
+    if not counts:
+        raise lines.error("\\data\\ section lists no n-gram counts")
+    return counts
+
+
+def read_arpa(path: str | os.PathLike) -> tuple[list[str], list[OrderTable]]:
+    """Read an ARPA file into (vocab, per-order tables); malformed input raises UserError."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError("no such file", str(path))
+    lines = _Lines(path)
+    try:
+        counts = _read_counts(lines)
+        order = len(counts)
+        vocab: list[str] = list(SPECIALS)
+        index = {w: i for i, w in enumerate(SPECIALS) if i != PAD}
+        tables: list[OrderTable] = []
+        for k in range(1, order + 1):
+            header = lines.next_nonblank()
+            if header is None or header.strip() != f"\\{k}-grams:":
+                got = "end of file" if header is None else repr(header)
+                raise lines.error(f"expected the \\{k}-grams: section, got {got}")
+            tables.append(_read_section(lines, k, order, counts[k - 1], vocab, index, tables))
+        end = lines.next_nonblank()
+        if end is None or end.strip() != "\\end\\":
+            got = "end of file" if end is None else repr(end)
+            raise lines.error(f"expected \\end\\, got {got}")
+    finally:
+        lines.f.close()
+    return vocab, tables
+
+
+def _read_section(lines, k, order, expected, vocab, index, tables) -> OrderTable:
+    start_line = lines.lineno
+    probs, backs, grams, where = [], [], [], []
+    while True:
+        line = lines.next()
+        if line is None or not line.strip() or line.lstrip().startswith("\\"):
+            if line is not None and line.strip():
+                lines.push_back(line)
+            break
+        if len(probs) == expected:
+            raise lines.error(f"more {k}-grams than the {expected} declared in \\data\\")
+        parts = line.split()
+        if len(parts) not in (k + 1, k + 2) or (len(parts) == k + 2 and k == order):
+            raise lines.error(f"expected log-prob, {k} word(s)"
+                              f"{', optional backoff' if k < order else ''}; got {line!r}")
+        p = _number(parts[0], lines, "log probability")
+        if p > 0:
+            raise lines.error(f"positive log probability {parts[0]}")
+        probs.append(p)
+        backs.append(_number(parts[k + 1], lines, "backoff") if len(parts) == k + 2 else 0.0)
+        ws = parts[1 : k + 1]
+        if k == 1:
+            w = ws[0]
+            if w in index and w not in SPECIALS:
+                raise lines.error(f"duplicate unigram {w!r}")
+            if w not in index:
+                index[w] = len(vocab)
+                vocab.append(w)
+            grams.append(index[w])
+        else:
+            try:
+                grams.append([index[w] for w in ws])
+            except KeyError as err:
+                raise lines.error(f"word {err.args[0]!r} is not among the 1-grams") from None
+        where.append(lines.lineno)
+    if len(probs) != expected:
+        raise lines.error(f"\\{k}-grams: section (from line {start_line}) has {len(probs)} "
+                          f"entries but \\data\\ declares {expected}")
+    logp = np.asarray(probs, np.float64)
+    logb = np.asarray(backs, np.float64)
+    where_arr = np.asarray(where, np.int64)
+    if k == 1:
+        ids = np.asarray(grams, np.int64)
+        if len(np.unique(ids)) != len(ids):
+            dup = where_arr[np.nonzero(np.bincount(ids)[ids] > 1)[0][-1]]
+            raise lines.error("duplicate unigram", int(dup))
+        V = len(vocab)
+        full_p = np.full(V, -np.inf)
+        full_b = np.zeros(V)
+        full_p[ids] = logp
+        full_b[ids] = logb
+        for special, name in ((BOS, "<s>"), (EOS, "</s>")):
+            if special not in set(ids.tolist()):
+                raise lines.error(f"the 1-grams lack {name}")
+        if UNK not in set(ids.tolist()):
+            full_p[UNK] = UNKNOWN_MISSING_LOGPROB
+        return OrderTable(np.arange(V, dtype=np.int64), np.zeros(V, np.int64),
+                          full_p.astype(np.float32), full_b.astype(np.float32))
+    ids = np.asarray(grams, np.int64).reshape(-1, k)
+    V = np.int64(len(vocab))
+    idx = ids[:, 0]
+    for j in range(2, k):
+        idx = _find(tables[j - 1], idx, ids[:, j - 1], V)
+        bad = np.nonzero(idx < 0)[0]
+        if len(bad):
+            i = bad[0]
+            ctx = " ".join(vocab[w] for w in ids[i, : k - 1])
+            raise lines.error(f"n-gram's context {ctx!r} is not among the {k - 1}-grams",
+                              int(where_arr[i]))
+    keys = idx * V + ids[:, -1]
+    perm = np.argsort(keys, kind="stable")
+    keys = keys[perm]
+    dup = np.nonzero(keys[1:] == keys[:-1])[0]
+    if len(dup):
+        raise lines.error(f"duplicate {k}-gram", int(where_arr[perm[dup[0] + 1]]))
+    return OrderTable(ids[perm, -1].copy(), keys // V, logp[perm].astype(np.float32),
+                      logb[perm].astype(np.float32))
+
+
+def _find(table: OrderTable, prefix: np.ndarray, word: np.ndarray, V) -> np.ndarray:
+    """Numpy twin of QueryIndex.find for a non-dense order: entry index of (prefix, word) or -1."""
+    keys = table.prefix * V + table.word
+    q = prefix * V + word
+    if len(keys) == 0:
+        return np.full(len(q), -1, np.int64)
+    i = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    return np.where((keys[i] == q) & (prefix >= 0), i, -1)

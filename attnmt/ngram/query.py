@@ -1,0 +1,192 @@
+"""Vectorised backoff queries over the sorted n-gram tables, in torch (CPU or GPU).
+
+Layout (per order k, built once from :class:`attnmt.ngram.estimate.OrderTable`):
+
+    keys[k]    int64 [n_k]      prefix * V + word, strictly increasing (sorted by context, then word)
+    word[k]    int64 [n_k]
+    logp[k]    float32 [n_k]    natural-log p(word | prefix)
+    logb[k]    float32 [n_k]    natural-log backoff of the entry used as a context
+    offsets[k] int64 [n_{k-1}+1] CSR: entries with prefix i are offsets[k][i] : offsets[k][i+1]
+
+Order 1 is dense over the vocabulary (the entry of word w is w). Finding the j-gram that ends at a
+position is one ``torch.searchsorted`` per order: ending_j[t] = find_j(ending_{j-1}[t-1], x[t]).
+``<s>`` never occurs as a non-initial word of any n-gram (and <pad> never at all), so the chain
+stops by itself at the last ``<s>``: the history before it is ignored, as KenLM does.
+
+The ARPA backoff rule p(w | h) = P(h w) if (h w) is stored, else b(h) p(w | h') gives, for the
+whole vocabulary at once, with contexts s_j = the last j words and c_j = sum_{i >= j} log b(s_i):
+
+    log p(w | h) = log P(s_j w) + c_{j+1},   j = the longest stored context with (s_j w) stored
+
+so one dense pass ``logp_1[None, :] + c_1[:, None]`` and, for j = 1..n-1 in increasing order, a
+scatter of each found context's CSR row (``logp + c_{j+1}``) give the full distribution.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnmt.data.vocab import BOS, PAD
+
+LN10 = math.log(10.0)
+NEG = -1.0e4  # natural-log score of ids that can never be predicted (<pad>, <s>); finite on purpose
+
+
+class QueryIndex:
+    """Torch tensors for batched lookups; see the module docstring for the layout."""
+
+    def __init__(self, tables, vocab_size: int, device: str | torch.device = "cpu"):
+        self.V = vocab_size
+        self.order = len(tables)
+        self.keys, self.word, self.logp, self.logb, self.offsets = [], [], [], [], []
+        for k, t in enumerate(tables, start=1):
+            word = torch.from_numpy(t.word).long()
+            prefix = torch.from_numpy(t.prefix).long()
+            logp = torch.from_numpy(t.logp).double() * LN10
+            if k == 1:
+                # Never predicted: replaced by NEG after the fill; 0 here keeps the sums finite.
+                logp[PAD] = 0.0
+                logp[BOS] = 0.0
+            self.keys.append(prefix * vocab_size + word)
+            self.word.append(word)
+            self.logp.append(logp.float())
+            self.logb.append((torch.from_numpy(t.logb).double() * LN10).float())
+            if k == 1:
+                self.offsets.append(torch.zeros(2, dtype=torch.long))
+            else:
+                n_prev = len(tables[k - 2].word)
+                bounds = torch.arange(n_prev + 1, dtype=torch.long)
+                self.offsets.append(torch.searchsorted(prefix, bounds))
+        self.to(device)
+
+    def to(self, device: str | torch.device) -> QueryIndex:
+        self.device = torch.device(device)
+        for name in ("keys", "word", "logp", "logb", "offsets"):
+            setattr(self, name, [x.to(self.device) for x in getattr(self, name)])
+        return self
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    def find(self, k: int, prefix: torch.Tensor, word: torch.Tensor) -> torch.Tensor:
+        """Index of n-gram (prefix entry of order k-1, word) in order k, or -1."""
+        if k == 1:
+            return word.clone()
+        keys = self.keys[k - 1]
+        if len(keys) == 0:
+            return torch.full_like(word, -1)
+        q = prefix * self.V + word
+        i = torch.searchsorted(keys, q).clamp_(max=len(keys) - 1)
+        hit = (keys[i] == q) & (prefix >= 0)
+        return torch.where(hit, i, torch.full_like(i, -1))
+
+    def endings(self, tokens: torch.Tensor, max_len: int) -> list[torch.Tensor]:
+        """ends[j-1][..., t]: index of the j-gram ending at t (order j), -1 if not stored; j <= max_len.
+
+        tokens: LongTensor [..., T] of ids in [0, V).
+        """
+        ends = [tokens]
+        for j in range(2, max_len + 1):
+            prev = torch.full_like(tokens, -1)
+            prev[..., 1:] = ends[-1][..., :-1]
+            ends.append(self.find(j, prev, tokens))
+        return ends
+
+    def clean(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Ids outside the vocabulary are <unk>."""
+        from attnmt.data.vocab import UNK
+
+        tokens = tokens.to(self.device, torch.long)
+        bad = (tokens < 0) | (tokens >= self.V)
+        return torch.where(bad, torch.full_like(tokens, UNK), tokens)
+
+    # -- full distributions ------------------------------------------------------------------------
+
+    def fill(self, ctx: list[torch.Tensor]) -> torch.Tensor:
+        """Full natural-log distributions for P contexts.
+
+        ctx[j-1]: LongTensor [P], the order-j entry of the last j context words (-1 if absent),
+        for j = 1..order-1. Returns FloatTensor [P, V].
+        """
+        n = self.order
+        P = ctx[0].shape[0] if ctx else 1
+        logb = [
+            torch.where(c >= 0, self.logb[j][c.clamp(min=0)], torch.zeros((), device=self.device))
+            for j, c in enumerate(ctx)
+        ]
+        # c[j] = sum_{i >= j} log b(s_i) for j = 1..n-1; c[n] = 0.
+        c = [torch.zeros(P, device=self.device) for _ in range(n + 1)]
+        for j in range(n - 1, 0, -1):
+            c[j] = c[j + 1] + logb[j - 1]
+        out = self.logp[0].unsqueeze(0) + c[1].unsqueeze(1)  # [P, V]
+        flat = out.view(-1)
+        for j in range(1, n):
+            c = ctx[j - 1]
+            rows = torch.nonzero(c >= 0).squeeze(1)
+            if rows.numel() == 0:
+                continue
+            cj = c[rows]
+            start = self.offsets[j][cj]
+            length = self.offsets[j][cj + 1] - start
+            total = int(length.sum())
+            if total == 0:
+                continue
+            row_of = torch.repeat_interleave(torch.arange(len(rows), device=self.device), length,
+                                             output_size=total)
+            first = torch.cumsum(length, 0) - length
+            ent = start[row_of] + torch.arange(total, device=self.device) - first[row_of]
+            r = rows[row_of]
+            flat[r * self.V + self.word[j][ent]] = self.logp[j][ent] + c[j + 1][r]
+        out[:, PAD] = NEG
+        out[:, BOS] = NEG
+        return out
+
+    def context_entries(self, contexts: torch.Tensor) -> list[torch.Tensor]:
+        """For contexts [B, m], the order-j entries of their last j words, j = 1..order-1."""
+        m = contexts.shape[1]
+        if self.order == 1:
+            return []
+        if m == 0:
+            return [torch.full((contexts.shape[0],), -1, dtype=torch.long, device=self.device)
+                    for _ in range(self.order - 1)]
+        ends = self.endings(contexts, min(m, self.order - 1))
+        ctx = [e[:, -1] for e in ends]
+        while len(ctx) < self.order - 1:
+            ctx.append(torch.full_like(ctx[0], -1))
+        return ctx
+
+    # -- scoring observed words ---------------------------------------------------------------------
+
+    def score_positions(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """For a flat LongTensor of ``<s> w1 .. </s>`` sentences, natural-log p of every token given
+        its history (0 at each ``<s>``, which is not predicted) and the order of the n-gram used.
+        """
+        n = self.order
+        L = tokens.shape[0]
+        ends = self.endings(tokens, n - 1) if n > 1 else []
+        hist = []  # hist[j-1][t]: order-j entry of the j words before t
+        for e in ends:
+            h = torch.full_like(e, -1)
+            h[1:] = e[:-1]
+            hist.append(h)
+        best = self.logp[0][tokens].clone()
+        used = torch.ones(L, dtype=torch.long, device=self.device)
+        backoff = torch.zeros(L, device=self.device)
+        # Walk from the longest context down; b(s_j) is paid whenever (s_j w) is missing.
+        found = torch.zeros(L, dtype=torch.bool, device=self.device)
+        total_b = torch.zeros(L, device=self.device)
+        for j in range(n - 1, 0, -1):
+            h = hist[j - 1]
+            e = self.find(j + 1, h, tokens)
+            hit = (e >= 0) & ~found
+            best = torch.where(hit, self.logp[j][e.clamp(min=0)], best)
+            used = torch.where(hit, torch.full_like(used, j + 1), used)
+            backoff = torch.where(hit, total_b, backoff)
+            found |= hit
+            lb = torch.where(h >= 0, self.logb[j - 1][h.clamp(min=0)], torch.zeros_like(total_b))
+            total_b = total_b + lb
+        backoff = torch.where(found, backoff, total_b)
+        score = best + backoff
+        is_bos = tokens == BOS
+        return torch.where(is_bos, torch.zeros_like(score), score), used
