@@ -19,6 +19,7 @@ COMMANDS = [
     "translate",
     "score",
     "data",
+    "ngram",
 ]
 
 

@@ -46,27 +46,34 @@ def write_arpa(path: str | os.PathLike, vocab: list[str], tables: list[OrderTabl
     order = len(tables)
     uni_rows = np.nonzero(np.isfinite(tables[0].logp) & (np.arange(len(vocab)) != PAD))[0]
     counts = [len(uni_rows)] + [len(t.word) for t in tables[1:]]
-    words = np.array(vocab, dtype=object)
     tmp = path.with_name(path.name + ".tmp")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
         f.write("\\data\\\n")
         for k, n in enumerate(counts, start=1):
             f.write(f"ngram {k}={n}\n")
+        prev_texts: list[str] = vocab
         for k in range(1, order + 1):
             f.write(f"\n\\{k}-grams:\n")
             t = tables[k - 1]
-            all_rows = uni_rows if k == 1 else np.arange(len(t.word))
-            for s in range(0, len(all_rows), _CHUNK):
-                rows = all_rows[s : s + _CHUNK]
-                texts = [" ".join(r) for r in words[ngram_words(tables, k, rows)].tolist()]
-                probs = t.logp[rows].tolist()
+            # Text of every entry of this order = its prefix's text + its word (kept one order).
+            if k == 1:
+                texts = vocab
+            else:
+                texts = [prev_texts[p] + " " + vocab[w]
+                         for p, w in zip(t.prefix.tolist(), t.word.tolist())]
+            rows = uni_rows if k == 1 else np.arange(len(t.word))
+            for s in range(0, len(rows), _CHUNK):
+                part = rows[s : s + _CHUNK]
+                probs = t.logp[part].tolist()
                 if k < order:
-                    backs = t.logb[rows].tolist()
-                    f.write("".join(f"{p:.9g}\t{w}\t{b:.9g}\n"
-                                    for p, w, b in zip(probs, texts, backs)))
+                    backs = t.logb[part].tolist()
+                    f.write("".join(f"{p:.9g}\t{texts[i]}\t{b:.9g}\n"
+                                    for i, p, b in zip(part.tolist(), probs, backs)))
                 else:
-                    f.write("".join(f"{p:.9g}\t{w}\n" for p, w in zip(probs, texts)))
+                    f.write("".join(f"{p:.9g}\t{texts[i]}\n"
+                                    for i, p in zip(part.tolist(), probs)))
+            prev_texts = texts
         f.write("\n\\end\\\n")
     os.replace(tmp, path)
 
