@@ -199,7 +199,7 @@ class NgramLM:
         ctx = list(context)
         if BOS in ctx:
             ctx = ctx[len(ctx) - 1 - ctx[::-1].index(BOS):]
-        ctx = ctx[len(ctx) - (self.order - 1):] if self.order > 1 else []
+        ctx = ctx[max(0, len(ctx) - (self.order - 1)):] if self.order > 1 else []
         backoff = 0.0
         for start in range(len(ctx) + 1):
             h = ctx[start:]

@@ -122,11 +122,10 @@ class QueryIndex:
         out = self.logp[0].unsqueeze(0) + c[1].unsqueeze(1)  # [P, V]
         flat = out.view(-1)
         for j in range(1, n):
-            c = ctx[j - 1]
-            rows = torch.nonzero(c >= 0).squeeze(1)
+            rows = torch.nonzero(ctx[j - 1] >= 0).squeeze(1)
             if rows.numel() == 0:
                 continue
-            cj = c[rows]
+            cj = ctx[j - 1][rows]
             start = self.offsets[j][cj]
             length = self.offsets[j][cj + 1] - start
             total = int(length.sum())

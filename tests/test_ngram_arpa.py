@@ -1,0 +1,162 @@
+"""ARPA and binary round trips, KenLM compatibility, malformed files, the CLI."""
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from attnmt.cli.main import main
+from attnmt.errors import UserError
+from attnmt.ngram import NgramLM, load_ngram
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = np.random.default_rng(11)
+    probs = 1.0 / np.arange(1, 41)
+    probs /= probs.sum()
+    lines = [" ".join(f"w{i}" for i in rng.choice(40, size=rng.integers(0, 12), p=probs))
+             for _ in range(500)]
+    path = tmp_path_factory.mktemp("arpa") / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def lm(corpus):
+    return NgramLM.estimate_text(corpus, order=4)
+
+
+def same_tables(a, b):
+    assert a.vocab == b.vocab
+    for ta, tb in zip(a.tables, b.tables):
+        assert np.array_equal(ta.word, tb.word) and np.array_equal(ta.prefix, tb.prefix)
+        assert np.array_equal(ta.logp, tb.logp) and np.array_equal(ta.logb, tb.logb)
+
+
+def test_arpa_and_binary_round_trip(lm, tmp_path):
+    lm.to_arpa(tmp_path / "m.arpa")
+    lm.to_arpa(tmp_path / "m.arpa.gz")
+    lm.save(tmp_path / "m.ngram")
+    for name in ("m.arpa", "m.arpa.gz", "m.ngram"):
+        same_tables(lm, load_ngram(tmp_path / name))
+    ctx = torch.tensor([[2, 5, 6], [7, 8, 9]])
+    assert torch.equal(load_ngram(tmp_path / "m.ngram").next_token_logprobs(ctx),
+                       lm.next_token_logprobs(ctx))
+
+
+TEST_SENTENCES = ["w0 w1 w2", "w3 unseen w0 w0", "", "w1 w1 w1 w1 w1 w1", "w39 w38 w2 w5"]
+
+
+def test_kenlm_gives_identical_scores_on_our_arpa(lm, tmp_path):
+    kenlm = pytest.importorskip("kenlm")
+    lm.to_arpa(tmp_path / "m.arpa")
+    ken = kenlm.Model(str(tmp_path / "m.arpa"))
+    for s in TEST_SENTENCES:
+        ours = lm.full_scores(s)
+        theirs = list(ken.full_scores(s))
+        assert len(ours) == len(theirs)
+        for (p, n, oov), (kp, kn, koov) in zip(ours, theirs):
+            assert p == pytest.approx(kp, abs=1e-5) and n == kn and oov == koov
+        assert lm.score_sentence(s, bos=False, eos=False) == pytest.approx(
+            ken.score(s, bos=False, eos=False), abs=1e-5)
+
+
+# An ARPA as lmplz writes it (lmplz -o 3 --discount_fallback on "a b c / a b / b c a / c c c a b").
+KENLM_ARPA = """\\data\\
+ngram 1=6
+ngram 2=5
+ngram 3=2
+
+\\1-grams:
+-1.0413927\t<unk>\t0
+0\t<s>\t-0.30103
+-0.49732465\t</s>\t0
+-0.74036264\ta\t-0.30103
+-0.74036264\tb\t-0.30103
+-0.64345264\tc\t-0.30103
+
+\\2-grams:
+-0.4871055\ta </s>\t0
+-0.53624266\t<s> a\t-0.30103
+-0.3723859\ta b\t-0.30103
+-0.3497219\tb c\t-0.30103
+-0.5035736\tc c\t-0.30103
+
+\\3-grams:
+-0.14744607\t<s> a b
+-0.4087667\ta b c
+
+\\end\\
+"""
+
+
+def test_reads_kenlm_arpa(tmp_path):
+    path = tmp_path / "k.arpa"
+    path.write_text(KENLM_ARPA)
+    lm = load_ngram(path)
+    assert lm.order == 3 and lm.vocab[:4] == ["<pad>", "<unk>", "<s>", "</s>"]
+    # By hand: p(c | a b) stored; p(a | b c) backs off: b(b c) + b(c) + p(a).
+    assert lm.full_scores("a b c")[2][0] == pytest.approx(-0.4087667, abs=1e-6)
+    assert lm.full_scores("b c a", eos=False)[2][0] == pytest.approx(
+        -0.30103 - 0.30103 - 0.74036264, abs=1e-6)
+    kenlm = pytest.importorskip("kenlm")
+    ken = kenlm.Model(str(path))
+    for s in ["a b c", "c c a b", "b x a", ""]:
+        assert lm.score_sentence(s) == pytest.approx(ken.score(s), abs=1e-5)
+
+
+@pytest.mark.parametrize("edit,line,message", [
+    (lambda t: t.replace("ngram 2=5", "ngram 2=6"), 20, "has 5 entries but .* declares 6"),
+    (lambda t: t.replace("-0.3723859\ta b", "-0.37x\ta b"), 17, "bad log probability"),
+    (lambda t: t.replace("\\3-grams:", "\\4-grams:"), 21, r"expected the \\3-grams: section"),
+    (lambda t: t.replace("\\end\\\n", ""), 24, r"expected \\end\\"),
+    (lambda t: t.replace("<s> a b", "<s> a q"), 22, "'q' is not among the 1-grams"),
+    (lambda t: t.replace("a b c\n", "c b c\n"), 23, "context 'c b' is not among the 2-grams"),
+    (lambda t: t.replace("ngram 2=5", "ngram 2=five"), 3, "bad count line"),
+    (lambda t: t.replace("\\data\\", "data"), 25, r"no \\data\\ section"),
+    (lambda t: t.replace("-0.5035736\tc c\t", "-0.5035736\tc c\tnan"), 19, "bad backoff"),
+])
+def test_malformed_arpa_names_file_and_line(tmp_path, edit, line, message):
+    path = tmp_path / "bad.arpa"
+    path.write_text(edit(KENLM_ARPA))
+    with pytest.raises(UserError, match=rf"bad\.arpa:{line}: .*{message}"):
+        load_ngram(path)
+
+
+def test_gzipped_and_binary_errors(tmp_path):
+    gz = tmp_path / "k.arpa.gz"
+    with gzip.open(gz, "wt") as f:
+        f.write(KENLM_ARPA)
+    assert load_ngram(gz).order == 3
+    (tmp_path / "kenlm.bin").write_bytes(b"mmap lm http://kheafield.com/code format version 5")
+    with pytest.raises(UserError, match="KenLM binary"):
+        load_ngram(tmp_path / "kenlm.bin")
+    with pytest.raises(UserError, match="no such file"):
+        load_ngram(tmp_path / "missing.arpa")
+
+
+def test_cli_build_ppl_query(corpus, tmp_path, capsys, monkeypatch):
+    import io
+    import json
+
+    arpa, binary = tmp_path / "c.arpa", tmp_path / "c.ngram"
+    assert main(["ngram", "build", "--order", "3", "--input", str(corpus), "--arpa", str(arpa),
+                 "--binary", str(binary)]) == 0
+    assert main(["ngram", "ppl", "--model", str(binary), "--input", str(corpus), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    direct = load_ngram(arpa).perplexity(corpus.read_text().split("\n")[:-1])
+    assert res["ppl"] == pytest.approx(direct["ppl"], rel=1e-6)
+    monkeypatch.setattr("sys.stdin", io.StringIO("w0 w1\nw2 zzz\n"))
+    assert main(["ngram", "query", "--model", str(arpa)]) == 0
+    out = capsys.readouterr().out.strip().split("\n")
+    assert len(out) == 3 and out[1].endswith("OOV: 1") and out[2].startswith("Total:")
+    # Bad input is one line on stderr and exit status 2.
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\n\xfe\n")
+    assert main(["ngram", "build", "--input", str(bad), "--arpa", str(arpa)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"attnmt: error: {bad}:2: invalid UTF-8 (invalid start byte)"
+    assert main(["ngram", "build", "--order", "0", "--input", str(corpus), "--arpa",
+                 str(arpa)]) == 2
