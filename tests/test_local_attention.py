@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnmt.attention import GlobalAttention, LocalAttention, build_attention
+from attnmt.attention import GlobalAttention, LocalAttention, build_attention, local_attention
+from attnmt.attention.local_attention import WindowDot, WindowSum
 from attnmt.config import ModelConfig
 from attnmt.models.common import lengths_to_mask, select_batch
 from attnmt.models.seq2seq import Seq2Seq
@@ -40,7 +41,9 @@ def _reference(att: LocalAttention, query, values, mask, positions):
             centre = min(math.floor(p[b, t].item()), n - 1)
             window = list(range(max(0, centre - att.window), min(n - 1, centre + att.window) + 1))
             score = att.score(query[b : b + 1, t : t + 1], keys[b : b + 1, window])[0, 0]
-            gauss = torch.tensor([-((s - p[b, t].item()) ** 2) / (2 * att.sigma**2) for s in window])
+            gauss = torch.tensor(
+                [-((s - p[b, t].item()) ** 2) / (2 * att.sigma**2) for s in window]
+            )
             if att.gaussian and att.composition == "inside":
                 a = torch.softmax(score + gauss, -1)
             else:
@@ -156,6 +159,42 @@ class _LargestTensor(TorchDispatchMode):
         return out
 
 
+@pytest.mark.parametrize("chunk", [1 << 20, 7])  # one chunk; one window row per chunk
+def test_window_products_gradcheck(monkeypatch, chunk):
+    monkeypatch.setattr(local_attention, "CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 9, (6, 4), generator=g)  # repeated rows: gradients must add up
+    x = torch.randn(6, 5, dtype=torch.double, generator=g, requires_grad=True)
+    table = torch.randn(9, 5, dtype=torch.double, generator=g, requires_grad=True)
+    a = torch.randn(6, 4, dtype=torch.double, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, t: WindowDot.apply(x, t, rows), (x, table))
+    assert torch.autograd.gradcheck(lambda a, t: WindowSum.apply(a, t, rows), (a, table))
+    expected = (table[rows] * x.unsqueeze(1)).sum(-1)
+    torch.testing.assert_close(WindowDot.apply(x, table, rows), expected)
+
+
+@pytest.mark.parametrize("score", ["dot", "general"])
+def test_backward_keeps_no_window_copies(score):
+    """dot/general save only (T, W) and (T, d) tensors for backward, never (T, W, d) windows."""
+    B, S, T, d, D = 2, 30, 40, 8, 5
+    W = 2 * D + 1
+    values = torch.randn(B, S, d, requires_grad=True)
+    query = torch.randn(B, T, d, requires_grad=True)
+    mask = torch.ones(B, S, dtype=torch.bool)
+    att = LocalAttention("local-p", score, d, d, window=D)
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        context, _ = att(query, att.prepare(values, mask), None, need_weights=False)
+    context.sum().backward()
+    assert saved and max(saved) < B * T * W * d // 4
+    assert values.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("mode", ["local-m", "local-p"])
 def test_no_tensor_grows_with_target_times_source(mode):
     B, S, T, d, D = 2, 1000, 40, 4, 3
@@ -194,8 +233,14 @@ def test_build_attention_from_config():
 def test_seq2seq_teacher_forcing_equals_step_by_step(mode, input_feed):
     torch.manual_seed(0)
     cfg = ModelConfig(
-        layers=2, hidden=16, embed=12, attention=mode, score="general", input_feed=input_feed,
-        dropout=0.0, window=2,
+        layers=2,
+        hidden=16,
+        embed=12,
+        attention=mode,
+        score="general",
+        input_feed=input_feed,
+        dropout=0.0,
+        window=2,
     )
     model = Seq2Seq(cfg, 20, 22, init_uniform=0.3).eval()
     src = torch.randint(4, 20, (3, 7))
@@ -245,8 +290,14 @@ def test_local_p_learns_reversal_alignment():
     try:
         vocab = 24
         cfg = ModelConfig(
-            layers=1, hidden=64, embed=32, attention="local-p", score="general",
-            input_feed=False, dropout=0.0, window=2,
+            layers=1,
+            hidden=64,
+            embed=32,
+            attention="local-p",
+            score="general",
+            input_feed=False,
+            dropout=0.0,
+            window=2,
         )
         model = Seq2Seq(cfg, vocab, vocab)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -259,7 +310,9 @@ def test_local_p_learns_reversal_alignment():
             loss.backward()
             opt.step()
         model.eval()
-        src, lengths, tgt_in, tgt, align = _reversal_batch(200, vocab, torch.Generator().manual_seed(9))
+        src, lengths, tgt_in, tgt, align = _reversal_batch(
+            200, vocab, torch.Generator().manual_seed(9)
+        )
         with torch.no_grad():
             logits, weights = model(src, lengths, tgt_in, need_weights=True)
     finally:

@@ -26,12 +26,16 @@ Choices the paper leaves open, fixed here:
   softmax, i.e. a_t = softmax_window(score − (s − p_t)²/2σ²), a proper distribution.
 * σ = inf disables the Gaussian (with D ≥ S this is exactly global attention).
 
-Cost. Only the window's 2D+1 encoder states are gathered for each target step (indices clamped
-into range, out-of-range or padded slots masked), so a block of T steps costs O(T·D·d) time and
-memory, whatever the source length S; the full T×S score matrix is never formed. `general` is
-computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected copy of the source either (`concat`
-still precomputes W h̄_s once per sentence). The dense (B, T, S) weights are built by scattering
-the window weights back, and only when asked for (need_weights=True).
+Cost. Only the window's 2D+1 encoder states are read for each target step (indices clamped into
+range, out-of-range slots masked), so a block of T steps costs O(T·D·d) time, whatever the source
+length S; the full T×S score matrix is never formed. For dot and general the two window products
+(scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions that gather the window rows
+in bounded chunks and gather them again in backward instead of keeping a (T, 2D+1, d) copy of the
+windows: training memory is O(T·(D + d)) on top of the encoder states (and their gradient). concat
+and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d), for backward anyway.
+`general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected copy of the source
+(`concat` still precomputes W' h̄_s once per sentence). The dense (B, T, S) weights are built by
+scattering the window weights back, and only when asked for (need_weights=True).
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from attnmt.attention.base import Memory
 from attnmt.attention.global_attention import ScoreFunction
@@ -48,11 +54,86 @@ MODES = ("local-m", "local-p")
 COMPOSITIONS = ("paper", "inside")
 
 
-def gather_windows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rows ``index`` of every batch item: x (B, S, d), index (B, T, W) in [0, S) -> (B, T, W, d)."""
+# temporary gathered window elements (rows × (2D+1) × d) per chunk: 4 MB in float32
+CHUNK_ELEMENTS = 1 << 20
+
+
+def window_rows(index: torch.Tensor, S: int) -> torch.Tensor:
+    """Per-item positions index (B, T, W) in [0, S) -> rows of the flattened (B·S, d) memory,
+    as (B·T, W)."""
     B, T, W = index.shape
-    flat = index.reshape(B, T * W, 1).expand(B, T * W, x.size(-1))
-    return x.gather(1, flat).view(B, T, W, x.size(-1))
+    return (index + (torch.arange(B, device=index.device) * S).view(B, 1, 1)).view(B * T, W)
+
+
+def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """table (N, d), rows (M, W) -> the window rows (M, W, d), materialised."""
+    return table.index_select(0, rows.reshape(-1)).view(*rows.shape, table.size(-1))
+
+
+def _chunk(rows: torch.Tensor, d: int) -> int:
+    return max(1, CHUNK_ELEMENTS // max(1, rows.size(1) * d))
+
+
+def window_dot(x: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """out[m, w] = x[m] · table[rows[m, w]]: x (M, d), table (N, d), rows (M, W) -> (M, W)."""
+    step = _chunk(rows, table.size(1))
+    # multiply-and-sum, not M matrix-vector bmm's, which are several times slower on CPU
+    parts = [
+        (gather_windows(table, rows[i : i + step]) * x[i : i + step].unsqueeze(1)).sum(-1)
+        for i in range(0, rows.size(0), step)
+    ]
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def window_sum(a: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """out[m] = Σ_w a[m, w] table[rows[m, w]]: a (M, W) -> (M, d), without gathering the rows."""
+    return F.embedding_bag(rows, table, per_sample_weights=a.to(table.dtype), mode="sum")
+
+
+def window_scatter(a: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, N: int) -> torch.Tensor:
+    """The transpose of both: out[n] = Σ_{m, w: rows[m, w] = n} a[m, w] x[m] -> (N, d)."""
+    out = x.new_zeros(N, x.size(1))
+    step = _chunk(rows, x.size(1))
+    for i in range(0, rows.size(0), step):
+        outer = a[i : i + step].unsqueeze(-1).to(x.dtype) * x[i : i + step].unsqueeze(1)
+        out.index_add_(0, rows[i : i + step].reshape(-1), outer.reshape(-1, x.size(1)))
+    return out
+
+
+class WindowDot(torch.autograd.Function):
+    """window_dot with a backward that re-gathers the windows instead of saving them."""
+
+    @staticmethod
+    def forward(ctx, x, table, rows):
+        ctx.save_for_backward(x, table, rows)  # x is small, table is the memory itself
+        return window_dot(x, table, rows)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, table, rows = ctx.saved_tensors
+        need_x, need_table, _ = ctx.needs_input_grad
+        grad_x = window_sum(grad, table, rows).to(x.dtype) if need_x else None
+        grad_table = window_scatter(grad, x, rows, table.size(0)) if need_table else None
+        return grad_x, grad_table, None
+
+
+class WindowSum(torch.autograd.Function):
+    """window_sum with a backward that re-gathers the windows instead of saving them."""
+
+    @staticmethod
+    def forward(ctx, a, table, rows):
+        ctx.save_for_backward(a, table, rows)
+        return window_sum(a, table, rows)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        a, table, rows = ctx.saved_tensors
+        need_a, need_table, _ = ctx.needs_input_grad
+        grad_a = window_dot(grad.to(table.dtype), table, rows).to(a.dtype) if need_a else None
+        grad_table = window_scatter(a, grad, rows, table.size(0)) if need_table else None
+        return grad_a, grad_table, None
 
 
 class LocalAttention(nn.Module):
@@ -92,6 +173,8 @@ class LocalAttention(nn.Module):
         if mode == "local-p":
             self.W_p = nn.Linear(query_dim, query_dim, bias=False)
             self.v_p = nn.Linear(query_dim, 1, bias=False)
+        # window offsets −D..D; not persistent, so checkpoints hold parameters only
+        self.register_buffer("offsets", torch.arange(-window, window + 1), persistent=False)
 
     @property
     def gaussian(self) -> bool:
@@ -107,18 +190,15 @@ class LocalAttention(nn.Module):
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None
     ) -> torch.Tensor:
-        """p_t as float32 (B, T): min(t, S−1) for local-m, S·sigmoid(v_pᵀ tanh(W_p h_t)) for local-p."""
+        """p_t (B, T): min(t, S−1) for local-m (long), S·sigmoid(v_pᵀ tanh(W_p h_t)) for local-p
+        (float32 even under autocast: at S = 16000 half precision cannot tell positions apart)."""
         B, T, _ = query.shape
-        lengths = memory.lengths.to(query.device)
         if self.mode == "local-m":
             if positions is None:
                 positions = torch.arange(T, device=query.device)
-            t = positions.to(query.device).view(1, T).expand(B, T)
-            last = (lengths - 1).clamp(min=0).view(B, 1)
-            return torch.minimum(t, last).float()
-        # float32 even under autocast: at S = 16000 half precision cannot tell positions apart
-        logit = self.v_p(torch.tanh(self.W_p(query))).squeeze(-1).float()  # (B, T)
-        return lengths.float().view(B, 1) * torch.sigmoid(logit)
+            return torch.minimum(positions.view(1, T), memory.lengths.view(B, 1) - 1)
+        logit = self.v_p(torch.tanh(self.W_p(query))).squeeze(-1)  # v_pᵀ tanh(W_p h_t): (B, T)
+        return memory.lengths.view(B, 1) * torch.sigmoid(logit.float())
 
     def forward(
         self,
@@ -127,26 +207,31 @@ class LocalAttention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # query h_t: (B, T, d); positions: (T,) absolute target indices
+        # query h_t: (B, T, d); positions: (T,) absolute target indices. One decoder step runs
+        # this whole function, so it is kept to few, small tensor ops.
         B, T, _ = query.shape
         S = memory.values.size(1)
-        D = self.window
-        p = self.aligned_positions(query, memory, positions)  # (B, T) float
-        last = (memory.lengths.to(query.device) - 1).clamp(min=0).view(B, 1)
-        centre = torch.minimum(p.detach().floor().long(), last)  # (B, T) in [0, S_x − 1]
-        offsets = torch.arange(-D, D + 1, device=query.device)  # (W,)
-        index = centre.unsqueeze(-1) + offsets  # absolute source positions: (B, T, W)
-        clamped = index.clamp(0, S - 1)
-        in_mask = memory.mask.gather(1, clamped.view(B, -1)).view(B, T, -1)
-        valid = (index >= 0) & (index < S) & in_mask  # (B, T, W)
+        last = memory.lengths.view(B, 1, 1) - 1  # the last real source position
+        p = self.aligned_positions(query, memory, positions)  # (B, T)
+        centre = p if self.mode == "local-m" else torch.minimum(p.detach().long(), last[..., 0])
+        index = centre.unsqueeze(-1) + self.offsets  # absolute source positions: (B, T, W)
+        # truncated at the sentence start, and at its end (padding is always after the end)
+        clamped = torch.minimum(index.clamp(min=0), last)
+        valid = clamped == index  # (B, T, W)
+        rows = window_rows(clamped, S)  # (B·T, W) rows of the flattened memory
+        values = memory.values.reshape(B * S, -1)  # (B·S, d)
 
-        values = gather_windows(memory.values, clamped)  # (B, T, W, d)
-        keys = values if memory.keys is memory.values else gather_windows(memory.keys, clamped)
-        if self.score.kind == "general":
-            query = query @ self.score.W_a.weight  # W_aᵀ h_t: (B, T, d)
-        scores = self.score(query, keys).float()  # (B, T, W)
-        if self.gaussian:
-            log_gauss = -((index.float() - p.unsqueeze(-1)) ** 2) / (2 * self.sigma**2)
+        if self.score.kind in ("dot", "general"):
+            if self.score.kind == "general":
+                query = query @ self.score.W_a.weight  # W_aᵀ h_t: (B, T, d)
+            keys = memory.keys.reshape(B * S, -1)
+            scores = WindowDot.apply(query.reshape(B * T, -1), keys, rows)
+        else:  # concat: the tanh window tensor is needed for backward anyway
+            keys = gather_windows(memory.keys.reshape(B * S, -1), rows)  # (B·T, W, d_k)
+            scores = self.score(query, keys.view(B, T, *keys.shape[1:]))
+        scores = scores.view(B, T, -1).float()  # (B, T, W)
+        if self.gaussian:  # log of exp(−(s − p_t)² / 2σ²)
+            log_gauss = (index - p.unsqueeze(-1)).square() * (-0.5 / self.sigma**2)
             if self.composition == "inside":
                 scores = scores + log_gauss
         weights = torch.softmax(scores.masked_fill(~valid, float("-inf")), dim=-1)  # (B, T, W)
@@ -154,7 +239,8 @@ class LocalAttention(nn.Module):
             weights = weights * log_gauss.exp()  # eq. 10
 
         weights = weights.to(values.dtype)
-        context = (weights.unsqueeze(-2) @ values).squeeze(-2)  # c_t: (B, T, d)
+        context = WindowSum.apply(weights.view(B * T, -1), values, rows)  # c_t = Σ_s a_t(s) h̄_s
+        context = context.view(B, T, -1)  # (B, T, d)
         if not need_weights:
             return context, None
         # back to absolute source positions; add (not overwrite): clamped slots repeat an index,
