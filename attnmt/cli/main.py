@@ -20,6 +20,7 @@ COMMANDS = [
     "score",
     "data",
     "ngram",
+    "serve",
 ]
 
 

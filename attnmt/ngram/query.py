@@ -103,6 +103,30 @@ class QueryIndex:
 
     # -- full distributions ------------------------------------------------------------------------
 
+    def _scatter(self, out: torch.Tensor, rows: torch.Tensor, entries: torch.Tensor, j: int,
+                 add: torch.Tensor | None) -> None:
+        """out[rows[i], w] = logp(w | entries[i]) (+ add[i]) for every stored extension w of the
+        order-j entry entries[i] (rows with entry -1 are skipped). out: [R, V], rows/add: [P].
+        """
+        ok = entries >= 0
+        if not bool(ok.all()):
+            rows, entries = rows[ok], entries[ok]
+            add = add[ok] if add is not None else None
+        start = self.offsets[j][entries]
+        length = self.offsets[j][entries + 1] - start
+        total = int(length.sum())
+        if total == 0:
+            return
+        # Entry of each scattered value: start of its row's CSR range + rank inside the range.
+        row_of = torch.repeat_interleave(torch.arange(len(rows), device=self.device), length,
+                                         output_size=total)
+        delta = start - (torch.cumsum(length, 0) - length)
+        ent = torch.arange(total, device=self.device) + delta[row_of]
+        vals = self.logp[j][ent]
+        if add is not None:
+            vals = vals + add[row_of]
+        out.view(-1)[(rows * self.V)[row_of] + self.word[j][ent]] = vals
+
     def fill(self, ctx: list[torch.Tensor]) -> torch.Tensor:
         """Full natural-log distributions for P contexts.
 
@@ -110,33 +134,32 @@ class QueryIndex:
         for j = 1..order-1. Returns FloatTensor [P, V].
         """
         n = self.order
-        P = ctx[0].shape[0] if ctx else 1
-        logb = [
-            torch.where(c >= 0, self.logb[j][c.clamp(min=0)], torch.zeros((), device=self.device))
-            for j, c in enumerate(ctx)
-        ]
-        # c[j] = sum_{i >= j} log b(s_i) for j = 1..n-1; c[n] = 0.
-        c = [torch.zeros(P, device=self.device) for _ in range(n + 1)]
-        for j in range(n - 1, 0, -1):
-            c[j] = c[j + 1] + logb[j - 1]
-        out = self.logp[0].unsqueeze(0) + c[1].unsqueeze(1)  # [P, V]
-        flat = out.view(-1)
-        for j in range(1, n):
-            rows = torch.nonzero(ctx[j - 1] >= 0).squeeze(1)
-            if rows.numel() == 0:
-                continue
-            cj = ctx[j - 1][rows]
-            start = self.offsets[j][cj]
-            length = self.offsets[j][cj + 1] - start
-            total = int(length.sum())
-            if total == 0:
-                continue
-            row_of = torch.repeat_interleave(torch.arange(len(rows), device=self.device), length,
-                                             output_size=total)
-            first = torch.cumsum(length, 0) - length
-            ent = start[row_of] + torch.arange(total, device=self.device) - first[row_of]
-            r = rows[row_of]
-            flat[r * self.V + self.word[j][ent]] = self.logp[j][ent] + c[j + 1][r]
+        if n == 1:
+            out = self.logp[0].unsqueeze(0).clone()
+        else:
+            P = ctx[0].shape[0]
+            zero = torch.zeros((), device=self.device)
+            logb = [torch.where(c >= 0, self.logb[j][c.clamp(min=0)], zero)
+                    for j, c in enumerate(ctx)]
+            # c[j] = sum_{i >= j} log b(s_i), j = 1..n-1; c[n] = 0.
+            c = [torch.zeros(P, device=self.device) for _ in range(n + 1)]
+            for j in range(n - 1, 0, -1):
+                c[j] = c[j + 1] + logb[j - 1]
+            rows = torch.arange(P, device=self.device)
+            last, inv = torch.unique(ctx[0], return_inverse=True)
+            if 2 * len(last) > P:
+                out = self.logp[0].unsqueeze(0) + c[1].unsqueeze(1)  # [P, V]
+                self._scatter(out, rows, ctx[0], 1, c[2])
+            else:
+                # Level 1 on the distinct last words only: their bigram rows are the long ones
+                # (a frequent word is followed by thousands of words), and contexts share them.
+                lb1 = torch.where(last >= 0, self.logb[0][last.clamp(min=0)], zero)
+                dist1 = self.logp[0].unsqueeze(0) + lb1.unsqueeze(1)  # [U, V]
+                self._scatter(dist1, torch.arange(len(last), device=self.device), last, 1, None)
+                out = dist1.index_select(0, inv)  # [P, V]
+                out.add_(c[2].unsqueeze(1))
+            for j in range(2, n):
+                self._scatter(out, rows, ctx[j - 1], j, c[j + 1])
         out[:, PAD] = NEG
         out[:, BOS] = NEG
         return out

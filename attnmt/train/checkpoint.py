@@ -42,6 +42,18 @@ def _read_pointer(path: Path) -> str | None:
     return name if name and (path.parent / name).is_dir() else None
 
 
+def _moved_aside(pointer: Path) -> Path | None:
+    """The complete copy save_checkpoint moved aside while re-saving the step ``pointer`` names,
+    if a kill interrupted it between its two renames."""
+    if not pointer.exists():
+        return None
+    name = pointer.read_text().strip()
+    for aside in sorted(pointer.parent.glob(f".{name}.old-*")) if name else []:
+        if (aside / "model.safetensors").is_file():
+            return aside
+    return None
+
+
 def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Weights as contiguous CPU tensors; shared tensors are saved once per name."""
     model = getattr(model, "module", model)  # unwrap DDP
@@ -71,8 +83,18 @@ def save_checkpoint(
         with open(f, "rb") as fh:
             os.fsync(fh.fileno())
     if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+        # Re-saving a step (e.g. the final checkpoint right after an epoch-end one): move the old
+        # directory aside with one atomic rename instead of deleting it in place, so a kill never
+        # leaves LAST naming a half-deleted directory; find_checkpoint falls back to the moved-aside
+        # copy if the kill lands between the two renames.
+        aside = ckpt_root / f".{name}.old-{os.getpid()}"
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
     _write_pointer(ckpt_root / "LAST", name)
     if best:
         _write_pointer(ckpt_root / "BEST", name)
@@ -86,9 +108,10 @@ def _prune(ckpt_root: Path, keep: int) -> None:
     for old in steps[:-keep] if keep > 0 else []:
         if old.name not in protected:
             shutil.rmtree(old, ignore_errors=True)
-    for stale in ckpt_root.glob(".step-*.tmp-*"):  # left by a killed writer
-        if stale.is_dir() and not stale.name.endswith(f"-{os.getpid()}"):
-            shutil.rmtree(stale, ignore_errors=True)
+    for pattern in (".step-*.tmp-*", ".step-*.old-*"):  # left by a killed writer
+        for stale in ckpt_root.glob(pattern):
+            if stale.is_dir() and not stale.name.endswith(f"-{os.getpid()}"):
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
@@ -103,6 +126,10 @@ def find_checkpoint(run_dir: str | os.PathLike, which: str = "best") -> Path:
     root = Path(run_dir) / "checkpoints"
     if which in ("best", "last"):
         name = _read_pointer(root / which.upper())
+        if name is None:
+            aside = _moved_aside(root / which.upper())
+            if aside is not None:
+                return aside
         if name is None and which == "best":
             name = _read_pointer(root / "LAST")
         if name is None:

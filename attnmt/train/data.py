@@ -36,9 +36,9 @@ def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: P
     raise UserError(f"data.tokenizer must be word, bpe or unigram, not {kind!r}")
 
 
-def _tokenizer(cfg: Config, run_dir: Path, side: str, lines: list[str], create: bool) -> Tokenizer:
-    if not create:
-        return load_tokenizer(run_dir, side)
+def _tokenizer(cfg: Config, run_dir: Path, side: str, lines: list[str], create: bool) -> Tokenizer | None:
+    if not create:  # loaded by the caller after sync(): rank 0 may not have saved it yet
+        return None
     d = cfg.data
     size = d.src_vocab_size if side == "src" else d.tgt_vocab_size
     lang = d.src if side == "src" else d.tgt

@@ -1,0 +1,108 @@
+"""Our modified-KN estimator vs KenLM's lmplz on the same text: test perplexity, time, peak memory.
+
+    python benchmarks/ngram_vs_lmplz.py --train TRAIN.txt --test TEST.txt --lmplz /path/to/lmplz
+        [--order 5] [--workdir DIR] [--lmplz-memory 2G]
+
+Each estimator runs in its own process under /usr/bin/time -v (wall, CPU and peak RSS); ours is
+the ``attnmt ngram build`` CLI (estimation + ARPA writing, as lmplz). Perplexities: ours with our
+scorer, ours and lmplz's ARPA with the ``kenlm`` module (KenLM query semantics) when installed.
+Prints one JSON line and a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def timed(cmd: list[str], stdin=None, stdout=None, env=None) -> dict:
+    """Run under /usr/bin/time -v; wall seconds, CPU seconds, peak RSS in MiB."""
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], stdin=stdin, stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    err = proc.stderr
+
+    def field(name):
+        return re.search(rf"{name}: (.*)", err).group(1).strip()
+
+    wall = field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)")
+    secs = 0.0
+    for part in wall.split(":"):
+        secs = secs * 60 + float(part)
+    cpu = float(field(r"User time \(seconds\)")) + float(field(r"System time \(seconds\)"))
+    est = re.search(r"in ([0-9.]+)s; n-grams", err)
+    return {"wall_s": round(secs, 2), "cpu_s": round(cpu, 2),
+            "peak_rss_mib": round(int(field(r"Maximum resident set size \(kbytes\)")) / 1024, 1),
+            **({"estimate_only_s": float(est.group(1))} if est else {})}
+
+
+def kenlm_ppl(arpa: Path, test: Path) -> float | None:
+    try:
+        import kenlm
+    except ImportError:
+        return None
+    model = kenlm.Model(str(arpa))
+    total, n = 0.0, 0
+    with open(test, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            total += model.score(line)
+            n += len(line.split()) + 1
+    return 10 ** (-total / n)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--test")
+    ap.add_argument("--lmplz", required=True, help="path to KenLM's lmplz binary")
+    ap.add_argument("--order", type=int, default=5)
+    ap.add_argument("--lmplz-memory", default="2G", help="lmplz -S (sort memory)")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--name", default=None)
+    args = ap.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="ngram_bench_"))
+    work.mkdir(parents=True, exist_ok=True)
+    name = args.name or Path(args.train).stem
+    ours_arpa, ken_arpa = work / f"{name}.ours.arpa", work / f"{name}.lmplz.arpa"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+    ours = timed([sys.executable, "-m", "attnmt", "ngram", "build", "--order", str(args.order),
+                  "--input", args.train, "--arpa", str(ours_arpa)], env=env)
+    with open(args.train, "rb") as fin, open(ken_arpa, "w") as fout:
+        lmplz = timed([args.lmplz, "-o", str(args.order), "-S", args.lmplz_memory, "-T",
+                       str(work), "--discount_fallback"], stdin=fin, stdout=fout)
+    result = {"name": name, "order": args.order, "ours": ours, "lmplz": lmplz}
+    if args.test:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from attnmt.ngram import load_ngram
+        from attnmt.ngram.corpus import read_lines
+
+        lm = load_ngram(ours_arpa)
+        res = lm.perplexity(line for _, line in read_lines(args.test))
+        result["ppl_ours"] = res["ppl"]
+        result["oov"] = res["oov"]
+        result["test_words"] = res["words"]
+        result["ppl_ours_in_kenlm"] = kenlm_ppl(ours_arpa, args.test)
+        result["ppl_lmplz_in_kenlm"] = kenlm_ppl(ken_arpa, args.test)
+        if result["ppl_lmplz_in_kenlm"]:
+            result["ppl_rel_diff"] = result["ppl_ours"] / result["ppl_lmplz_in_kenlm"] - 1
+    print(json.dumps(result))
+    summary = (f"{name}: ours {ours['wall_s']}s wall / {ours['cpu_s']}s CPU / "
+               f"{ours['peak_rss_mib']} MiB vs lmplz {lmplz['wall_s']}s / {lmplz['cpu_s']}s / "
+               f"{lmplz['peak_rss_mib']} MiB")
+    if "ppl_rel_diff" in result:
+        summary += (f"; test ppl ours {result['ppl_ours']:.3f} vs lmplz "
+                    f"{result['ppl_lmplz_in_kenlm']:.3f} ({100 * result['ppl_rel_diff']:+.4f}%)")
+    print(summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Shared fixtures. Each fixture is self-contained; add new ones below with a clear name.
+
+``tiny_corpus`` writes a synthetic English→Spanish-like corpus (a small grammar with adjective-noun
+reordering and gender agreement, so attention has something non-diagonal to show) and a matching
+1-layer, hidden-32 config. ``tiny_run`` trains that config for a few seconds, once per session;
+the serving tests translate with it.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# English noun -> (Spanish noun, gender); adjectives -> (masculine, feminine)
+_NOUNS = {
+    "cat": ("gato", "m"),
+    "dog": ("perro", "m"),
+    "house": ("casa", "f"),
+    "table": ("mesa", "f"),
+    "boy": ("niño", "m"),
+    "girl": ("niña", "f"),
+    "book": ("libro", "m"),
+    "flower": ("flor", "f"),
+}
+_ADJS = {
+    "red": ("rojo", "roja"),
+    "big": ("grande", "grande"),
+    "small": ("pequeño", "pequeña"),
+    "white": ("blanco", "blanca"),
+    "old": ("viejo", "vieja"),
+}
+_VERBS = {"sees": "ve", "has": "tiene", "wants": "quiere", "finds": "encuentra"}
+_DETS = {"the": ("el", "la"), "a": ("un", "una")}
+
+
+def _tiny_phrase(rng: random.Random) -> tuple[list[str], list[str]]:
+    det, noun = rng.choice(list(_DETS)), rng.choice(list(_NOUNS))
+    es_noun, gender = _NOUNS[noun]
+    fem = gender == "f"
+    en, es = [det], [_DETS[det][fem]]
+    if rng.random() < 0.6:  # English adjective before the noun, Spanish after it
+        adj = rng.choice(list(_ADJS))
+        en += [adj, noun]
+        es += [es_noun, _ADJS[adj][fem]]
+    else:
+        en.append(noun)
+        es.append(es_noun)
+    return en, es
+
+
+def tiny_pair(rng: random.Random) -> tuple[str, str]:
+    """One sentence pair: 'the red cat sees a dog' -> 'el gato rojo ve un perro'."""
+    s_en, s_es = _tiny_phrase(rng)
+    verb = rng.choice(list(_VERBS))
+    o_en, o_es = _tiny_phrase(rng)
+    return " ".join(s_en + [verb] + o_en), " ".join(s_es + [_VERBS[verb]] + o_es)
+
+
+def write_tiny_corpus(directory: Path, n_train: int = 512, n_dev: int = 64, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        pairs = [tiny_pair(rng) for _ in range(n)]
+        (directory / f"{split}.en").write_text(
+            "".join(e + "\n" for e, _ in pairs), encoding="utf-8"
+        )
+        (directory / f"{split}.es").write_text(
+            "".join(s + "\n" for _, s in pairs), encoding="utf-8"
+        )
+
+
+TINY_CONFIG = """\
+task: translate
+data: {{train: {d}/train, dev: {d}/dev, src: en, tgt: es, tokenizer: word,
+        src_vocab_size: 100, tgt_vocab_size: 100, max_len: 20}}
+model: {{type: lstm, layers: 1, hidden: 32, embed: 32, attention: global, score: general,
+         input_feed: true, dropout: 0.0}}
+train: {{optimizer: adam, lr: 0.03, warmup: 50, epochs: 4, batch_size: 32, batch_by: sents,
+         clip: 5.0, init_uniform: 0.1, seed: 1, device: cpu, threads: 1, log_every: 10}}
+"""
+
+
+@dataclass
+class TinyCorpus:
+    directory: Path
+    config: Path  # a YAML config training on it (overridable with --set style overrides)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> TinyCorpus:
+    directory = tmp_path_factory.mktemp("tiny_corpus")
+    write_tiny_corpus(directory)
+    config = directory / "tiny.yaml"
+    config.write_text(TINY_CONFIG.format(d=directory), encoding="utf-8")
+    return TinyCorpus(directory, config)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
+    """A trained tiny translation run directory (64 updates; a few seconds on one core)."""
+    import torch
+
+    from attnmt.train.training import run_training
+
+    run_dir = tmp_path_factory.mktemp("tiny_run") / "tiny"
+    threads = torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run_training(str(tiny_corpus.config), str(run_dir), [], resume=False)
+    finally:  # the trainer installs its own handlers and thread count; give pytest its own back
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(threads)
+    return run_dir

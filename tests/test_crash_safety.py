@@ -1,0 +1,182 @@
+"""Crash safety of training, for real: SIGKILL a training process right after a checkpoint appears,
+resume, and finish with exactly the weights of an uninterrupted run; SIGTERM/SIGINT write a final
+checkpoint and exit 0; a kill inside a checkpoint re-save never leaves LAST unusable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnmt.train import checkpoint as ckpt_mod
+from attnmt.train.checkpoint import (
+    find_checkpoint,
+    load_trainer_state,
+    load_weights,
+    save_checkpoint,
+)
+from attnmt.train.training import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 24  # the tiny corpus has 16 batches of 32: the run crosses an epoch boundary
+OVERRIDES = [
+    f"train.max_steps={STEPS}",
+    "train.save_every=1",
+    "train.log_every=1",
+    "train.epochs=3",
+]
+
+
+def _env() -> dict:
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def _start(config: Path, run: Path, overrides: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "attnmt", "train", str(config), "--out", str(run)]
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def _wait_for(condition, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early: {proc.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for training progress")
+        time.sleep(0.005)
+
+
+def _last_step(run: Path) -> int:
+    try:
+        name = (run / "checkpoints" / "LAST").read_text().strip()
+    except FileNotFoundError:
+        return -1
+    return int(name.split("-")[1]) if name else -1
+
+
+def _inprocess(config: str | None, run: Path, overrides: list[str], resume: bool) -> dict:
+    threads = torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return run_training(config, str(run), overrides, resume=resume)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        torch.set_num_threads(threads)
+
+
+def _events(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+
+
+def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_corpus, tmp_path):
+    run = tmp_path / "killed"
+    proc = _start(tiny_corpus.config, run, OVERRIDES)
+    _wait_for(lambda: _last_step(run) >= 5, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    killed_at = _last_step(run)
+    assert 5 <= killed_at < STEPS
+
+    # nothing truncated: every visible checkpoint loads completely
+    steps = sorted(p for p in (run / "checkpoints").iterdir() if p.name.startswith("step-"))
+    assert steps
+    for d in steps:
+        load_weights(d / "model.safetensors")
+        load_trainer_state(d)
+    assert find_checkpoint(run, "last").name == f"step-{killed_at:08d}"
+
+    summary = _inprocess(None, run, [], resume=True)
+    assert summary["step"] == STEPS and summary["reason"] == "budget"
+    resumed = [e for e in _events(run) if e["event"] == "resume"]
+    assert len(resumed) == 1 and resumed[0]["step"] == killed_at  # lost only the work after it
+
+    reference = tmp_path / "reference"
+    _inprocess(str(tiny_corpus.config), reference, OVERRIDES, resume=False)
+    a = load_weights(find_checkpoint(run, "last") / "model.safetensors")
+    b = load_weights(find_checkpoint(reference, "last") / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_and_sigint_write_a_final_checkpoint_and_exit_0(tiny_corpus, tmp_path, sig):
+    run = tmp_path / "stopped"
+    proc = _start(
+        tiny_corpus.config,
+        run,
+        ["train.max_steps=100000", "train.epochs=1000", "train.log_every=1"],
+    )
+
+    def trained_a_few_steps() -> bool:
+        log = run / "log.jsonl"
+        return log.exists() and log.read_text().count('"event": "train"') >= 3
+
+    _wait_for(trained_a_few_steps, proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    end = _events(run)[-1]
+    assert end["event"] == "end" and end["reason"] == "signal"
+    assert json.loads(out.decode().strip().splitlines()[-1])["step"] == end["step"]
+    last = find_checkpoint(run, "last")
+    assert last.name == f"step-{end['step']:08d}"
+    assert load_trainer_state(last)["step"] == end["step"]
+    load_weights(last / "model.safetensors")
+
+
+def test_kill_while_resaving_a_step_leaves_a_usable_last(tmp_path, monkeypatch):
+    """The final checkpoint often re-saves the step of an epoch-end one. Simulate a kill between
+    moving the old directory out of the way and renaming the new one in."""
+    model = torch.nn.Linear(3, 2)
+    save_checkpoint(tmp_path, 7, model, {"step": 7})
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        model.weight.add_(1.0)
+
+    real_replace = os.replace
+
+    class Killed(BaseException):
+        pass
+
+    def replace(src, dst):
+        if Path(src).name.startswith(".step-00000007.tmp-"):
+            raise Killed  # the process dies before the new directory is in place
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt_mod.os, "replace", replace)
+    with pytest.raises(Killed):
+        save_checkpoint(tmp_path, 7, model, {"step": 7})
+    monkeypatch.setattr(ckpt_mod.os, "replace", real_replace)
+
+    last = find_checkpoint(tmp_path, "last")  # still the complete old checkpoint
+    weights = load_weights(last / "model.safetensors")
+    assert all(torch.equal(weights[k], before[k]) for k in before)
+    assert load_trainer_state(last)["step"] == 7
+
+    for left in (tmp_path / "checkpoints").glob(".step-*"):  # as the resumed process sees them
+        left.rename(left.with_name(left.name.rsplit("-", 1)[0] + "-999999999"))
+    save_checkpoint(tmp_path, 8, model, {"step": 8})  # the next save cleans up the leftovers
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["LAST", "step-00000008"]
+    assert find_checkpoint(tmp_path, "last").name == "step-00000008"
