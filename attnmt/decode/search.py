@@ -68,7 +68,7 @@ def greedy_search(
         at_limit = torch.tensor([t + 1 >= lim for lim in limits], device=src.device)
         best = torch.where(done, torch.full_like(best, PAD), best)
         logprob = logprob + torch.where(done, torch.zeros_like(best_lp), best_lp)
-        if need_weights:
+        if need_weights and weights is not None:
             attn_steps.append(weights.float().cpu())
         prefix = torch.cat([prefix, best.unsqueeze(1)], dim=1)
         newly = (~done) & ((best == EOS) | at_limit)
@@ -79,7 +79,7 @@ def greedy_search(
     out = []
     for b in range(B):
         toks = [i for i in prefix[b, 1 : lengths[b] + 1].tolist() if i not in (EOS, PAD)]
-        attn = torch.stack([a[b] for a in attn_steps[: lengths[b]]]) if need_weights else None
+        attn = torch.stack([a[b] for a in attn_steps[: lengths[b]]]) if attn_steps else None
         n = len(toks) + 1
         lp = float(logprob[b])
         out.append([Hypothesis(toks, lp, lp / n, attn)])
@@ -121,7 +121,7 @@ def beam_search(
         top_scores, top_ids = cand.topk(2 * K, dim=-1)  # (B, 2K)
         origin = top_ids // V  # which live hypothesis each candidate extends
         token = top_ids % V
-        if need_weights:
+        if need_weights and weights is not None:
             step_w = weights.float().unsqueeze(1)  # (B·K, 1, S)
             history = step_w if history is None else torch.cat([history, step_w], dim=1)
         top_scores_l, token_l, origin_l = top_scores.tolist(), token.tolist(), origin.tolist()
