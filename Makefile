@@ -1,0 +1,45 @@
+# attnmt — the two commands of the README, plus helpers.
+#   make demo                 build the Bible corpus, train, translate, score, draw a heatmap
+#   make demo CORPUS=dir      the same on your corpus: dir/{train,dev,test}.{SRC,TGT}
+#   make test                 install what is missing and run the test suite
+PYTHON ?= python3
+CORPUS ?=
+SRC ?= en
+TGT ?= es
+RUN ?= runs/demo
+CONFIG ?= configs/demo.yaml
+BUDGET ?= 540
+BEAM ?= 5
+STAMP := .make
+
+DATA := $(if $(CORPUS),$(CORPUS),data/bible)
+
+.PHONY: demo test setup clean-demo
+
+$(STAMP)/setup: pyproject.toml
+	@mkdir -p $(STAMP)
+	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install -q torch==2.13.0
+	$(PYTHON) -m pip install -q -e ".[serve,test]"
+	@touch $@
+
+setup: $(STAMP)/setup
+
+demo: setup
+ifeq ($(CORPUS),)
+	$(PYTHON) -m attnmt data bible --out data/bible
+endif
+	$(PYTHON) -m attnmt train $(CONFIG) --out $(RUN) --resume --max-time $(BUDGET) \
+	    --set data.train=$(DATA)/train --set data.dev=$(DATA)/dev --set data.src=$(SRC) --set data.tgt=$(TGT)
+	$(PYTHON) -m attnmt translate --model $(RUN) --input $(DATA)/test.$(SRC) --output $(RUN)/test.hyp.$(TGT) \
+	    --beam $(BEAM) --batch-size 64
+	$(PYTHON) -m attnmt score --hyp $(RUN)/test.hyp.$(TGT) --ref $(DATA)/test.$(TGT) --lang $(TGT)
+	$(PYTHON) -m attnmt analyse heatmap --model $(RUN) --input "$$(head -n 1 $(DATA)/test.$(SRC))" \
+	    --out $(RUN)/heatmap.png
+	@echo "translations: $(RUN)/test.hyp.$(TGT)   heatmap: $(RUN)/heatmap.png"
+
+test: setup
+	bash .ci/test-deps
+	$(PYTHON) -m pytest
+
+clean-demo:
+	rm -rf $(RUN)

@@ -1,0 +1,79 @@
+"""Bad input gets a one-line error naming the file (and line), exit status 2, no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from attnmt.cli.main import main
+
+
+def _fails(capsys, argv, *expected):
+    status = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1 and err.startswith("attnmt: error: "), err
+    assert "Traceback" not in err
+    for text in expected:
+        assert text in err, (text, err)
+    return err
+
+
+def test_config_unknown_key_names_file_and_line(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data:\n  train: x\nmodel:\n  layers: 2\n  hiddn: 3\n")
+    _fails(capsys, ["train", str(cfg), "--out", str(tmp_path / "run")], "c.yaml:5:", "model.hiddn")
+
+
+def test_config_bad_type_and_malformed_yaml(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  layers: two\n")
+    _fails(capsys, ["train", str(cfg), "--out", str(tmp_path / "r")], "c.yaml:2:", "expected int")
+    cfg.write_text("model:\n  layers: [1,\n")
+    _fails(capsys, ["train", str(cfg), "--out", str(tmp_path / "r")], "c.yaml:", "malformed YAML")
+    _fails(capsys, ["train", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "r")], "nope.yaml", "not found")
+
+
+def test_bad_set_override(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data:\n  train: x\n")
+    _fails(capsys, ["train", str(cfg), "--out", str(tmp_path / "r"), "--set", "lr=3"], "--set")
+
+
+def test_training_corpus_errors(tmp_path, capsys):
+    (tmp_path / "c.en").write_text("a\nb\nc\n")
+    (tmp_path / "c.es").write_text("x\ny\n")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"data:\n  train: {tmp_path / 'c'}\n")
+    _fails(capsys, ["train", str(cfg), "--out", str(tmp_path / "r")], "c.en has 3 lines", "c.es has 2")
+    (tmp_path / "c.es").write_bytes(b"x\ny\n\xc3\x28 bad\n")
+    _fails(capsys, ["train", str(cfg), "--out", str(tmp_path / "r")], "c.es:3:", "invalid UTF-8")
+
+
+def test_translate_errors(tmp_path, capsys):
+    _fails(capsys, ["translate", "--model", str(tmp_path), "--input", str(tmp_path / "x")], "config.yaml", "not found")
+
+
+def test_score_line_count_mismatch(tmp_path, capsys):
+    (tmp_path / "h").write_text("a\nb\n")
+    (tmp_path / "r").write_text("a\n")
+    _fails(capsys, ["score", "--hyp", str(tmp_path / "h"), "--ref", str(tmp_path / "r")], "2 lines", "1")
+
+
+def test_corrupt_weights_are_a_user_error(tmp_path):
+    from attnmt.errors import UserError
+    from attnmt.train.checkpoint import load_weights
+
+    bad = tmp_path / "model.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(UserError, match="model.safetensors: not a valid safetensors file"):
+        load_weights(bad)
+
+
+def test_real_process_exit_status_and_single_line(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("bogus: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "attnmt", "train", str(cfg), "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"attnmt: error: {cfg}:1: unknown section 'bogus' (expected task, data, model, train)"]
