@@ -160,3 +160,21 @@ def test_cli_build_ppl_query(corpus, tmp_path, capsys, monkeypatch):
     assert err == f"attnmt: error: {bad}:2: invalid UTF-8 (invalid start byte)"
     assert main(["ngram", "build", "--order", "0", "--input", str(corpus), "--arpa",
                  str(arpa)]) == 2
+
+
+def test_cli_build_with_a_runs_target_vocabulary(tmp_path):
+    from attnmt.data.vocab import UNK, WordTokenizer
+
+    tok = WordTokenizer.build(["the cat sat .", "the dog sat !"], max_size=8)
+    tok.save(tmp_path, "tgt")
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat .\nthe dog ran !\n")
+    out = tmp_path / "m.ngram"
+    assert main(["ngram", "build", "--order", "3", "--input", str(text), "--vocab-from",
+                 str(tmp_path), "--binary", str(out)]) == 0
+    lm = load_ngram(out)
+    # Ids line up with the tokenizer's: one column per vocabulary entry, "ran" counted as <unk>.
+    assert lm.vocab == tok.tokens and lm.vocab_size == len(tok)
+    dist = lm.next_token_logprobs(torch.tensor([tok.encode("the dog")]))
+    assert dist.shape == (1, len(tok))
+    assert int(dist[0].argmax()) == UNK
