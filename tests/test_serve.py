@@ -149,6 +149,31 @@ def test_chunked_body_over_the_limit(client):
     assert r.status_code == 413 and "bytes" in r.json()["error"]
 
 
+def test_unknown_routes_and_methods_get_json_errors(client):
+    r = client.get("/nope")
+    assert r.status_code == 404 and r.json()["error"] == "Not Found"
+    r = client.get("/translate")
+    assert r.status_code == 405 and r.json()["error"]
+
+
+def test_a_failing_model_answers_500_and_keeps_serving(tiny_run):
+    (served,) = load_models([str(tiny_run)], device="cpu")
+    real, calls = served.translator.translate, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("out of memory")
+        return real(*args, **kwargs)
+
+    served.translator.translate = flaky
+    with TestClient(create_app([served], Limits(max_wait_ms=0))) as c:
+        r = c.post("/translate", json={"sentences": ["a cat"]})
+        assert r.status_code == 500 and "RuntimeError: out of memory" in r.json()["error"]
+        r = c.post("/translate", json={"sentences": ["a cat"]})
+        assert r.status_code == 200 and r.json()["translations"][0]["text"]
+
+
 def test_still_serving_after_bad_requests(client):
     for _ in range(3):
         client.post("/translate", content=b"\xff\xfe", headers={"content-type": "application/json"})

@@ -26,6 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
@@ -322,8 +323,8 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
         status, message = _validation_message(list(exc.errors()))
         return _error(status, message, jsonable(exc.errors()))
 
-    @app.exception_handler(HTTPException)
-    async def on_http_error(request: Request, exc: HTTPException):
+    @app.exception_handler(StarletteHTTPException)  # also the router's own 404 and 405
+    async def on_http_error(request: Request, exc: StarletteHTTPException):
         return _error(exc.status_code, str(exc.detail))
 
     @app.get("/health")
@@ -386,6 +387,9 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
             results = await asyncio.wrap_future(job.future)
         except UserError as err:
             raise HTTPException(422, str(err)) from None
+        # a model failure answers this request only; the worker lives on
+        except Exception as err:  # noqa: BLE001
+            raise HTTPException(500, f"translation failed: {type(err).__name__}: {err}") from None
         out = []
         for source, hyps in zip(req.sentences, results):
             hs = [_hypothesis(source, h, req.attention, req.alignment) for h in hyps]
