@@ -79,6 +79,18 @@ class TrainConfig:
     log_every: int = 50
 
 
+@dataclass
+class NgramConfig:
+    """NgramRes (Li et al. 2022, attnmt/ngram/residual.py): logits = φ(h) + α·log P_ng."""
+
+    path: str = ""  # ARPA/binary n-gram over the target vocabulary; "" = none; train = estimate
+    order: int = 5  # with path: train, the order estimated from the training targets
+    alpha: float = 0.1  # α of eq. 9
+    anneal_steps: int = 0  # > 0: α decays linearly to 0 over this many updates (NgramRes-Anneal)
+    mode: str = "residual"  # residual (eq. 9) | interp (Prob-Inter: λ·P_neural + (1−λ)·P_ng)
+    lam: float = 0.9  # λ of interp
+
+
 TASKS = ("translate", "lm", "classify")
 
 
@@ -88,6 +100,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    ngram: NgramConfig = field(default_factory=NgramConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -58,6 +58,36 @@ def kenlm_ppl(arpa: Path, test: Path) -> float | None:
     return 10 ** (-total / n)
 
 
+def compare_arpas(ours_path: Path, theirs_path: Path) -> dict:
+    """Same n-grams in both files? Largest |difference| of log10 probabilities and backoffs."""
+    import numpy as np
+
+    from attnmt.ngram import load_ngram
+    from attnmt.ngram.arpa import ngram_words
+
+    a, b = load_ngram(ours_path), load_ngram(theirs_path)
+    to_b = {w: i for i, w in enumerate(b.vocab)}
+    remap = np.array([to_b.get(w, -1) for w in a.vocab])
+    out = {"same_ngrams": True, "max_abs_dlogp": 0.0, "max_abs_dlogb": 0.0}
+    for k in range(1, a.order + 1):
+        ta, tb = a.tables[k - 1], b.tables[k - 1]
+        wa = remap[ngram_words(a.tables, k, np.arange(len(ta.word)))]
+        wb = ngram_words(b.tables, k, np.arange(len(tb.word)))
+        if wa.shape != wb.shape:
+            out["same_ngrams"] = False
+            continue
+        ia, ib = np.lexsort(wa.T[::-1]), np.lexsort(wb.T[::-1])
+        if not np.array_equal(wa[ia], wb[ib]):
+            out["same_ngrams"] = False
+            continue
+        pa, pb = ta.logp[ia], tb.logp[ib]
+        fin = np.isfinite(pa) & np.isfinite(pb)
+        out["max_abs_dlogp"] = max(out["max_abs_dlogp"], float(np.abs(pa - pb)[fin].max()))
+        out["max_abs_dlogb"] = max(out["max_abs_dlogb"],
+                                   float(np.abs(ta.logb[ia] - tb.logb[ib]).max()))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train", required=True)
@@ -67,6 +97,8 @@ def main() -> None:
     ap.add_argument("--lmplz-memory", default="2G", help="lmplz -S (sort memory)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--name", default=None)
+    ap.add_argument("--compare-arpa", action="store_true",
+                    help="also compare the two ARPA files n-gram by n-gram (slow on big files)")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ngram_bench_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -74,8 +106,13 @@ def main() -> None:
     ours_arpa, ken_arpa = work / f"{name}.ours.arpa", work / f"{name}.lmplz.arpa"
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
+    ours_bin = work / f"{name}.ours.ngram"
     ours = timed([sys.executable, "-m", "attnmt", "ngram", "build", "--order", str(args.order),
                   "--input", args.train, "--arpa", str(ours_arpa)], env=env)
+    if args.test:  # the binary is only for fast loading in the perplexity step below
+        subprocess.run([sys.executable, "-m", "attnmt", "ngram", "build", "--order",
+                        str(args.order), "--input", args.train, "--binary", str(ours_bin)],
+                       env=env, check=True, capture_output=True)
     with open(args.train, "rb") as fin, open(ken_arpa, "w") as fout:
         lmplz = timed([args.lmplz, "-o", str(args.order), "-S", args.lmplz_memory, "-T",
                        str(work), "--discount_fallback"], stdin=fin, stdout=fout)
@@ -85,7 +122,7 @@ def main() -> None:
         from attnmt.ngram import load_ngram
         from attnmt.ngram.corpus import read_lines
 
-        lm = load_ngram(ours_arpa)
+        lm = load_ngram(ours_bin)
         res = lm.perplexity(line for _, line in read_lines(args.test))
         result["ppl_ours"] = res["ppl"]
         result["oov"] = res["oov"]
@@ -94,6 +131,9 @@ def main() -> None:
         result["ppl_lmplz_in_kenlm"] = kenlm_ppl(ken_arpa, args.test)
         if result["ppl_lmplz_in_kenlm"]:
             result["ppl_rel_diff"] = result["ppl_ours"] / result["ppl_lmplz_in_kenlm"] - 1
+    if args.compare_arpa:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        result["arpa_compare"] = compare_arpas(ours_arpa, ken_arpa)
     print(json.dumps(result))
     summary = (f"{name}: ours {ours['wall_s']}s wall / {ours['cpu_s']}s CPU / "
                f"{ours['peak_rss_mib']} MiB vs lmplz {lmplz['wall_s']}s / {lmplz['cpu_s']}s / "

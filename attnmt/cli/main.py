@@ -21,6 +21,7 @@ COMMANDS = [
     "data",
     "ngram",
     "serve",
+    "eval",
 ]
 
 

@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
+    p.add_argument("--ngram", help="NgramRes: this n-gram model (built with --vocab-from the run) "
+                   "replaces the run's; the neural weights stay as they are")
+    p.add_argument("--alpha", type=float, help="NgramRes: fixed weight of the n-gram log-probabilities")
     p.set_defaults(func=run)
 
 
@@ -33,6 +36,10 @@ def run(args: argparse.Namespace) -> int:
     if len(args.model) > 1:
         raise UserError("ensembles of several --model runs are not supported by this command yet")
     translator = Translator.from_run(args.model[0], args.checkpoint, args.device)
+    if args.ngram or args.alpha is not None:
+        from attnmt.ngram.residual import override_translator
+
+        override_translator(translator, args.ngram, args.alpha)
     if args.input:
         lines = read_lines(args.input)
     else:

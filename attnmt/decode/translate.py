@@ -43,7 +43,11 @@ def load_model(run_dir: str | Path, checkpoint: str = "best", device: torch.devi
     src_tok = load_tokenizer(run_dir, "src") if cfg.task == "translate" else None
     tgt_tok = load_tokenizer(run_dir, "tgt")
     model = build_model(cfg, len(src_tok) if src_tok else 0, len(tgt_tok))
-    weights = load_weights(find_checkpoint(run_dir, checkpoint) / "model.safetensors")
+    ckpt = find_checkpoint(run_dir, checkpoint)
+    weights = load_weights(ckpt / "model.safetensors")
+    from attnmt.ngram.residual import attach_ngram, checkpoint_step
+
+    model = attach_ngram(model, cfg, run_dir, tgt_tok, step=checkpoint_step(ckpt))  # the run's n-gram
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:

@@ -15,4 +15,8 @@ def build_model(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
         from attnmt.models.seq2seq import Seq2Seq
 
         return Seq2Seq(cfg.model, src_vocab, tgt_vocab, cfg.train.init_uniform)
+    if cfg.task == "lm" and kind == "lstm":
+        from attnmt.models.lm import LSTMLM
+
+        return LSTMLM(cfg.model, tgt_vocab, cfg.train.init_uniform)
     raise UserError(f"no model of type {kind!r} for task {cfg.task!r}")

@@ -148,6 +148,13 @@ class Trainer:
         )
         src_vocab = len(self.data.src_tok) if self.data.src_tok else 0
         self.model = build_model(cfg, src_vocab, len(self.data.tgt_tok)).to(self.device)
+        # NgramRes (ngram: section): a wrapper whose state_dict is the plain model's; its α
+        # annealing reads self.step. A no-op without an n-gram model.
+        from attnmt.ngram.residual import attach_ngram
+
+        self.model = attach_ngram(self.model, cfg, run_dir, self.data.tgt_tok, step_fn=lambda: self.step,
+                                  train_tgt=self.data.train_tgt if self.dist.main else None,
+                                  sync=self.dist.barrier)
         self.optimizer = make_optimizer(cfg, self.model)
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
         self.elapsed, self.best_ppl = 0.0, float("inf")
