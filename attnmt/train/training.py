@@ -342,7 +342,8 @@ class Trainer:
                 continue
             break
         bar.close()
-        result = self.validate() if self.data.dev_tgt else None
+        # a signal asks to stop now: checkpoint without the (slow) final validation
+        result = self.validate() if self.data.dev_tgt and finished != "signal" else None
         if result is None:
             self.checkpoint()
         summary = {"event": "end", "reason": finished, "step": self.step, "epoch": self.epoch,
