@@ -178,3 +178,23 @@ def test_cli_build_with_a_runs_target_vocabulary(tmp_path):
     dist = lm.next_token_logprobs(torch.tensor([tok.encode("the dog")]))
     assert dist.shape == (1, len(tok))
     assert int(dist[0].argmax()) == UNK
+
+
+def test_corrupt_binary_and_unwritable_vocab(lm, tmp_path):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    lm.save(tmp_path / "m.ngram")
+    arrays = load_file(str(tmp_path / "m.ngram"))
+    with safe_open(str(tmp_path / "m.ngram"), "np") as f:
+        meta = f.metadata()
+    arrays["2.prefix"] = arrays["2.prefix"] + 10_000
+    save_file(arrays, str(tmp_path / "bad.ngram"), metadata=meta)
+    with pytest.raises(UserError, match="bad.ngram: corrupt n-gram binary"):
+        load_ngram(tmp_path / "bad.ngram")
+    spaced = NgramLM.estimate([[4, 5]], vocab=["<pad>", "<unk>", "<s>", "</s>", "a b", "c"],
+                              order=2)
+    with pytest.raises(UserError, match="contains whitespace"):
+        spaced.to_arpa(tmp_path / "s.arpa")
+    spaced.save(tmp_path / "s.ngram")
+    assert load_ngram(tmp_path / "s.ngram").vocab[4] == "a b"

@@ -42,6 +42,10 @@ def write_arpa(path: str | os.PathLike, vocab: list[str], tables: list[OrderTabl
     if len(set(vocab[1:])) != len(vocab) - 1:
         raise UserError("the vocabulary has duplicate entries; it cannot be written as ARPA",
                         str(path))
+    bad = next((w for w in vocab[1:] if not w or len(w.split()) != 1 or w != w.strip()), None)
+    if bad is not None:
+        raise UserError(f"vocabulary entry {bad!r} is empty or contains whitespace; it cannot be "
+                        "written as ARPA (use the binary format)", str(path))
     path = Path(path)
     order = len(tables)
     uni_rows = np.nonzero(np.isfinite(tables[0].logp) & (np.arange(len(vocab)) != PAD))[0]

@@ -157,6 +157,7 @@ class NgramLM:
                     for k in range(1, order + 1)
                 ]
                 info = json.loads(meta.get("info", "{}"))
+            _check_tables(vocab, tables, str(path))
         except UserError:
             raise
         except Exception as err:  # noqa: BLE001 - safetensors raises many types on corrupt files
@@ -353,6 +354,22 @@ class NgramLM:
             vals.append(v)
             idx.append(i)
         return torch.cat(vals).view(B, T, -1), torch.cat(idx).view(B, T, -1)
+
+
+def _check_tables(vocab: list[str], tables: list[OrderTable], path: str) -> None:
+    """Shapes and prefix ranges of loaded tables (a corrupt file fails here, not in a query)."""
+    prev = len(vocab)
+    for k, t in enumerate(tables, start=1):
+        n = len(t.word)
+        if k == 1 and n != prev:
+            raise UserError("corrupt n-gram binary: unigram table does not match the vocabulary",
+                            path)
+        if not (len(t.prefix) == len(t.logp) == len(t.logb) == n):
+            raise UserError(f"corrupt n-gram binary: {k}-gram arrays differ in length", path)
+        if n and k > 1 and (t.prefix.min() < 0 or t.prefix.max() >= prev
+                            or t.word.min() < 0 or t.word.max() >= len(vocab)):
+            raise UserError(f"corrupt n-gram binary: {k}-gram indices out of range", path)
+        prev = n
 
 
 def load_ngram(path: str | os.PathLike) -> NgramLM:
