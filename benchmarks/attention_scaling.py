@@ -1,0 +1,229 @@
+"""How attention cost grows with the source length S: global vs local-m vs local-p.
+
+For every S in --sizes, at fixed batch B, size d, target block T and window D, measures
+
+    step_attn   one decoder step (T = 1, no grad), attention only
+    step_full   ... attention + the attentional layer h̃_t = tanh(W_c[c_t; h_t])
+    tf_attn     teacher-forced forward + backward of T target steps in one call (the decoder
+                without input feeding), attention only
+    tf_full     ... attention + attentional layer
+    feed_full   the same T steps one call each, then backward (the decoder with input feeding,
+                as in training with input_feed: true), attention + attentional layer
+    model_step  one step of the whole Seq2Seq decoder (2 LSTM layers of d, input feeding,
+                attention, attentional layer, output layer over --vocab words), no grad
+
+(prepare() is inside the tf/feed measures, so global-general's W_a h̄_s is part of its cost.)
+Time: the fastest of several runs, in ms, of the calling thread's CPU time on CPU (with one
+thread the ops run on it; CPU time, unlike wall time, does not count waiting for a core on a
+shared machine) or of synchronised wall time on CUDA; the kinds are timed round-robin so that
+load changes hit them alike. Memory: the peak allocated during one call above what was live
+before it, in MB (CPU: allocator events from torch.profiler; CUDA: max_memory_allocated).
+Ratios global/local come from the same run. Prints one JSON line, then a one-line summary.
+
+    python benchmarks/attention_scaling.py                        # CPU, 1 thread
+    python benchmarks/attention_scaling.py --device cuda --threads 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+
+from attnmt.attention import GlobalAttention, LocalAttention
+from attnmt.config import ModelConfig
+from attnmt.models.seq2seq import Seq2Seq
+
+KINDS = ("global", "local-m", "local-p")
+MEASURES = ("step_attn", "step_full", "tf_attn", "tf_full", "feed_full", "model_step")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def fastest_ms(fns: dict, device: torch.device, min_time: float, min_reps: int = 3) -> dict:
+    """The fastest run of each function, timing them round-robin."""
+    clock = time.perf_counter if device.type == "cuda" else time.thread_time
+    for fn in fns.values():  # warm-up
+        fn()
+    sync(device)
+    best = {k: float("inf") for k in fns}
+    reps, start = 0, time.perf_counter()
+    while reps < min_reps or (time.perf_counter() - start < min_time and reps < 100):
+        for k, fn in fns.items():
+            t0 = clock()
+            fn()
+            sync(device)
+            best[k] = min(best[k], (clock() - t0) * 1e3)
+        reps += 1
+    return best
+
+
+def peak_mb(fn, device: torch.device) -> float:
+    """Peak bytes allocated while fn runs, above what was allocated before it."""
+    if device.type == "cuda":
+        sync(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        sync(device)
+        return (torch.cuda.max_memory_allocated(device) - base) / 2**20
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for e in sorted(events, key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak / 2**20
+
+
+def build(kind: str, score: str, d: int, window: int) -> nn.Module:
+    torch.manual_seed(0)
+    if kind == "global":
+        return GlobalAttention(score, d, d)
+    return LocalAttention(kind, score, d, d, window=window)
+
+
+def workloads(kind: str, S: int, args, device: torch.device) -> dict:
+    """The measured calls for one attention kind at source length S."""
+    B, d, T = args.batch, args.dim, args.tgt
+    score = args.global_score if kind == "global" else args.score
+    att = build(kind, score, d, args.window).to(device)
+    W_c = nn.Linear(2 * d, d, bias=False).to(device)
+    params = list(att.parameters()) + list(W_c.parameters())
+    g = torch.Generator().manual_seed(S)
+    values = torch.randn(B, S, d, generator=g).to(device).requires_grad_()
+    mask = torch.ones(B, S, dtype=torch.bool, device=device)
+    q_step = torch.randn(B, 1, d, generator=g).to(device)
+    q_tf = torch.randn(B, T, d, generator=g).to(device).requires_grad_()
+    grad_out = torch.randn(B, T, d, generator=g).to(device)
+    with torch.no_grad():
+        memory = att.prepare(values, mask)
+    pos_step = torch.tensor([min(S // 2, T)], device=device)  # any t; local-m centres on it
+    pos_tf = torch.arange(T, device=device)
+
+    def attentional(context, h):
+        return torch.tanh(W_c(torch.cat([context, h], dim=-1)))  # h̃_t = tanh(W_c[c_t; h_t])
+
+    def zero_grads():
+        values.grad = q_tf.grad = None
+        for p in params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step_attn():
+        return att(q_step, memory, pos_step, need_weights=False)[0]
+
+    @torch.no_grad()
+    def step_full():
+        return attentional(att(q_step, memory, pos_step, need_weights=False)[0], q_step)
+
+    def tf(full: bool):
+        def run():
+            zero_grads()
+            context = att(q_tf, att.prepare(values, mask), pos_tf, need_weights=False)[0]
+            (attentional(context, q_tf) if full else context).backward(grad_out)
+
+        return run
+
+    def feed_full():
+        zero_grads()
+        mem = att.prepare(values, mask)
+        outs = []
+        for t in range(T):
+            h = q_tf[:, t : t + 1]
+            outs.append(attentional(att(h, mem, pos_tf[t : t + 1], need_weights=False)[0], h))
+        torch.cat(outs, 1).backward(grad_out)
+
+    fns = {"step_attn": step_attn, "step_full": step_full, "tf_attn": tf(False)}
+    fns.update(tf_full=tf(True), feed_full=feed_full)
+    if "model_step" in args.measures:
+        cfg = ModelConfig(
+            layers=2, hidden=d, embed=d, attention=kind, score=score, input_feed=True,
+            dropout=0.0, window=args.window,
+        )  # fmt: skip
+        torch.manual_seed(0)
+        model = Seq2Seq(cfg, 100, args.vocab).to(device).eval()
+        enc = {
+            "memory": model.decoder.attention.prepare(values.detach(), mask),
+            "h": torch.zeros(B, 2, d, device=device),
+            "c": torch.zeros(B, 2, d, device=device),
+        }
+        state = model.init_state(enc)
+        prefix = torch.full((B, 1 + int(pos_step)), 4, device=device)
+        fns["model_step"] = torch.no_grad()(lambda: model.step(prefix, state, enc))
+    return {m: fns[m] for m in args.measures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="50,200,1000,4000,16000")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--tgt", type=int, default=50, help="target steps T of tf and feed")
+    parser.add_argument("--window", type=int, default=10, help="D")
+    parser.add_argument("--vocab", type=int, default=8000, help="target words of model_step")
+    parser.add_argument("--score", default="general", help="local attention's score")
+    parser.add_argument("--global-score", default=None, help="global's score (default: --score)")
+    parser.add_argument("--measures", default=",".join(MEASURES))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads, 0 = torch default")
+    parser.add_argument("--min-time", type=float, default=0.5, help="seconds per measure and S")
+    args = parser.parse_args()
+    args.global_score = args.global_score or args.score
+    args.measures = args.measures.split(",")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    rows = []
+    for S in sizes:
+        loads = {kind: workloads(kind, S, args, device) for kind in KINDS}
+        by_kind = {kind: {"S": S, "kind": kind} for kind in KINDS}
+        for m in args.measures:
+            best = fastest_ms({kind: loads[kind][m] for kind in KINDS}, device, args.min_time)
+            for kind in KINDS:
+                by_kind[kind][f"{m}_ms"] = round(best[kind], 4)
+                by_kind[kind][f"{m}_mb"] = round(peak_mb(loads[kind][m], device), 3)
+        rows += by_kind.values()
+        del loads
+    by = {(r["S"], r["kind"]): r for r in rows}
+    ratios = []
+    for S in sizes:
+        for local in KINDS[1:]:
+            ratio = {"S": S, "local": local}
+            for m in args.measures:
+                for unit in ("ms", "mb"):
+                    key = f"{m}_{unit}"
+                    ratio[key] = round(by[(S, "global")][key] / max(by[(S, local)][key], 1e-9), 2)
+            ratios.append(ratio)
+    config = {k: getattr(args, k) for k in ("batch", "dim", "tgt", "window", "score", "vocab")}
+    config.update(global_score=args.global_score, device=str(device))
+    config.update(threads=torch.get_num_threads(), torch=torch.__version__)
+    print(json.dumps({"benchmark": "attention_scaling", **config, "rows": rows, "ratios": ratios}))
+
+    # summary: global/local-p at the largest S <= 4000 (the goal's reference point), and how
+    # local-p's first measure moves from the smallest to the largest S
+    ref = max((S for S in sizes if S <= 4000), default=sizes[-1])
+    r = next(x for x in ratios if x["S"] == ref and x["local"] == "local-p")
+    parts = [f"S={ref} global/local-p:"]
+    parts += [f"{m} {r[m + '_ms']}x time {r[m + '_mb']}x mem;" for m in args.measures]
+    m0, lo, hi = args.measures[0], sizes[0], sizes[-1]
+    parts.append(
+        f"{m0} ms S={lo}->{hi}: local-p {by[(lo, 'local-p')][m0 + '_ms']}->"
+        f"{by[(hi, 'local-p')][m0 + '_ms']}, global {by[(lo, 'global')][m0 + '_ms']}->"
+        f"{by[(hi, 'global')][m0 + '_ms']}"
+    )
+    print(" ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
