@@ -63,7 +63,8 @@ def combine(logits: torch.Tensor, ng_logp: torch.Tensor, mode: str, alpha: float
     if mode == "residual":
         if alpha == 0.0:
             return logits
-        return torch.add(logits, ng_logp.to(logits.dtype), alpha=alpha)
+        # float32: under bf16 autocast, log-probabilities of size ~10 would lose 2 decimals
+        return torch.add(logits.float(), ng_logp.float(), alpha=alpha)
     neural = torch.log_softmax(logits.float(), dim=-1)
     if lam >= 1.0:
         return neural
