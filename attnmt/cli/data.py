@@ -60,7 +60,40 @@ def run_bible(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [_add_bible]
+# ---------------------------------------------------------------- synthetic
+
+
+def _add_synthetic(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "synthetic",
+        help="generated parallel data with gold word alignments (for AER)",
+        description="Sentence pairs from a small grammar and dictionary with known reorderings "
+        "(adjective-noun swap, verb-final subordinate clauses, one-to-many words), written as "
+        "DIR/{train,dev,test}.{src,tgt}, gold alignments DIR/{split}.align (i-j sure, i?j "
+        "possible) and the dictionary DIR/lexicon.tsv. See attnmt/data/synthetic.py.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--train", type=int, default=20000, help="training pairs")
+    p.add_argument("--dev", type=int, default=500, help="development pairs")
+    p.add_argument("--test", type=int, default=500, help="test pairs")
+    p.add_argument("--seed", type=int, default=1, help="seed of the lexicon and the sentences")
+    p.add_argument("--nouns", type=int, default=80)
+    p.add_argument("--adjectives", type=int, default=40)
+    p.add_argument("--verbs", type=int, default=40)
+    p.add_argument("--names", type=int, default=600, help="proper names (Zipf-distributed, copied)")
+    p.set_defaults(data_run=run_synthetic)
+
+
+def run_synthetic(args: argparse.Namespace) -> int:
+    from attnmt.data.synthetic import write_synthetic
+
+    sizes = write_synthetic(args.out, {"train": args.train, "dev": args.dev, "test": args.test},
+                            args.seed, args.nouns, args.adjectives, args.verbs, args.names)
+    print(f"attnmt: data synthetic: {sizes} pairs in {args.out}", file=sys.stderr)
+    return 0
+
+
+SUBCOMMANDS = [_add_bible, _add_synthetic]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -22,6 +22,10 @@ COMMANDS = [
     "ngram",
     "serve",
     "eval",
+    "align",
+    "average",
+    "analyse",
+    "experiment",
 ]
 
 

@@ -21,6 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
+    p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
+                   help="with several --model: average log-probabilities or probabilities")
+    p.add_argument("--replace-unk", action="store_true",
+                   help="replace each output <unk> by its most-attended source word")
+    p.add_argument("--dict", help="with --replace-unk: src<TAB>tgt word list; known words are translated")
+    p.add_argument("--unk-timing", default="paper", choices=["paper", "input", "predicted"],
+                   help="attention row of an output word (see attnmt/decode/unk_replace.py)")
     p.add_argument("--ngram", help="NgramRes: this n-gram model (built with --vocab-from the run) "
                    "replaces the run's; the neural weights stay as they are")
     p.add_argument("--alpha", type=float, help="NgramRes: fixed weight of the n-gram log-probabilities")
@@ -29,13 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import read_lines, write_lines
-    from attnmt.decode.translate import Translator
+    from attnmt.decode.ensemble import load_translator
 
     if args.beam < 1 or args.nbest < 1 or args.nbest > max(args.beam, 1):
         raise UserError("--beam and --nbest must be >= 1 and --nbest <= --beam")
-    if len(args.model) > 1:
-        raise UserError("ensembles of several --model runs are not supported by this command yet")
-    translator = Translator.from_run(args.model[0], args.checkpoint, args.device)
+    if args.dict and not args.replace_unk:
+        raise UserError("--dict needs --replace-unk")
+    translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode)
     if args.ngram or args.alpha is not None:
         from attnmt.ngram.residual import override_translator
 
@@ -54,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
         with_attention=bool(args.alignments),
     )
+    if args.replace_unk:
+        from attnmt.decode.unk_replace import replace_unks_cli
+
+        results = replace_unks_cli(translator, lines, results, args.dict, args.unk_timing)
     out_lines = []
     for i, hyps in enumerate(results):
         if not lines[i].strip():

@@ -1,0 +1,148 @@
+"""``attnmt analyse <analysis>``: the paper's analyses as tables and PNG figures.
+
+    attnmt analyse lengths --src F --ref F --hyp F [--hyp F2 ...] --out DIR     (Figure 6)
+    attnmt analyse curves --run RUN [--run RUN2 ...] --out F.png                  (Figure 5)
+    attnmt analyse heatmap --model RUN --input "sentence" --out F.png             (Figure 7)
+
+Each analysis is one sub-command: a function ``_add_<name>(sub)`` that adds its parser and sets
+``analyse_run`` to a ``run_<name>(args) -> int``. To add one, write those two functions and append
+the adder to :data:`SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from attnmt.errors import UserError
+
+# ---------------------------------------------------------------- lengths
+
+
+def _add_lengths(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lengths", help="BLEU by source sentence length (<10, 10-20, ... 50+)")
+    p.add_argument("--src", required=True, help="source sentences (their length picks the bucket)")
+    p.add_argument("--ref", required=True, help="reference translations")
+    p.add_argument("--hyp", required=True, action="append", help="system output (repeatable)")
+    p.add_argument("--name", action="append", help="label of each --hyp (default: file name)")
+    p.add_argument("--out", required=True, metavar="DIR", help="writes lengths.{csv,md,png} here")
+    p.set_defaults(analyse_run=run_lengths)
+
+
+def run_lengths(args: argparse.Namespace) -> int:
+    from attnmt.data.corpus import read_lines
+    from attnmt.eval.lengths import bleu_by_length, write_table
+    from attnmt.eval.plots import plot_lengths
+
+    names = args.name or [Path(h).name for h in args.hyp]
+    if len(names) != len(args.hyp) or len(set(names)) != len(names):
+        raise UserError("give one distinct --name per --hyp")
+    src, ref = read_lines(args.src), read_lines(args.ref)
+    hyps = {}
+    for name, path in zip(names, args.hyp):
+        lines = read_lines(path)
+        if len(lines) != len(src):
+            raise UserError(f"has {len(lines)} lines, {args.src} has {len(src)}", path)
+        hyps[name] = lines
+    rows = bleu_by_length(src, ref, hyps)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(rows, out / "lengths.csv", out / "lengths.md")
+    plot_lengths(rows, names, out / "lengths.png")
+    sys.stdout.write((out / "lengths.md").read_text(encoding="utf-8"))
+    return 0
+
+
+# ---------------------------------------------------------------- curves
+
+
+def _add_curves(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("curves", help="learning curves (perplexity vs updates) from training logs")
+    p.add_argument("--run", required=True, action="append", help="training run directory (repeatable)")
+    p.add_argument("--label", action="append", help="legend label of each --run (default: its name)")
+    p.add_argument("--out", required=True, help="PNG file")
+    p.add_argument("--csv", help="also write the points as CSV (run,kind,step,ppl)")
+    p.set_defaults(analyse_run=run_curves)
+
+
+def run_curves(args: argparse.Namespace) -> int:
+    from attnmt.eval.plots import plot_curves
+
+    labels = args.label or [Path(r).name for r in args.run]
+    if len(labels) != len(args.run) or len(set(labels)) != len(labels):
+        raise UserError("give one distinct --label per --run")
+    plot_curves(dict(zip(labels, args.run)), args.out, args.csv)
+    print(f"attnmt: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- heatmap
+
+
+def _add_heatmap(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("heatmap", help="attention of one sentence as a heat map")
+    p.add_argument("--model", required=True, help="training run directory")
+    p.add_argument("--checkpoint", default="best")
+    p.add_argument("--input", required=True, help="the source sentence")
+    p.add_argument("--target", help="force decode this translation instead of translating")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--timing", default="paper", choices=["paper", "input", "predicted"],
+                   help="which attention row belongs to a target piece (attnmt/decode/force.py)")
+    p.add_argument("--out", required=True, help="PNG file")
+    p.add_argument("--csv", help="also write the matrix as CSV (rows: target pieces)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(analyse_run=run_heatmap)
+
+
+def run_heatmap(args: argparse.Namespace) -> int:
+    import csv
+
+    from attnmt.decode.ensemble import load_members
+    from attnmt.decode.force import force_attention, output_rows, prepare_source, resolve_timing
+    from attnmt.decode.translate import Translator
+    from attnmt.eval.plots import plot_heatmap
+
+    if not args.input.strip():
+        raise UserError("--input is empty")
+    member = load_members([args.model], args.checkpoint, args.device)[0]
+    if args.target is not None:
+        text = args.target.lower() if member.cfg.data.lowercase else args.target
+        ids = member.tgt_tok.encode(text)
+    else:
+        translator = Translator(member.model, member.cfg, member.src_tok, member.tgt_tok,
+                                next(member.model.parameters()).device)
+        best = translator.translate([args.input], beam=args.beam)[0][0]
+        ids = member.tgt_tok.encode_pieces(best.tgt_pieces)
+        print(best.text)
+    src_pieces, _, _ = prepare_source(member.cfg, member.src_tok, args.input)
+    tgt_pieces = [member.tgt_tok.piece(i) for i in ids]
+    timing = resolve_timing(member.cfg, args.timing)
+    rows = output_rows(force_attention(member, [args.input], [ids])[0], len(ids), timing)
+    plot_heatmap(rows, src_pieces, tgt_pieces, args.out,
+                 f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {timing}")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["target", *src_pieces])
+            for piece, row in zip(tgt_pieces, rows.tolist()):
+                writer.writerow([piece, *(f"{x:.4f}" for x in row)])
+    print(f"attnmt: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+SUBCOMMANDS = [_add_lengths, _add_curves, _add_heatmap]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("analyse", help="analyses: BLEU by length, learning curves, heat maps",
+                              description="The paper's analyses as tables and PNG figures.")
+    sub = p.add_subparsers(dest="analyse_command", metavar="ANALYSIS")
+    sub.required = True
+    for add in SUBCOMMANDS:
+        add(sub)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return args.analyse_run(args)

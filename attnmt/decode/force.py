@@ -1,0 +1,126 @@
+"""Force decoding: the attention a model pays while it is fed a given target (teacher forcing).
+
+Luong et al. (2015, section 5.4) extract alignments by "force decoding" the reference: the decoder
+reads ``tgt_in = [<s>, y_1 .. y_T]`` and, for each step, we keep the attention vector a_t:
+
+    logits, weights = model(src, src_lengths, tgt_in, need_weights=True)   # weights (B, T+1, S)
+
+Row r of ``weights`` is computed from h_r at the step whose *input* is y_r (y_0 = <s>) and which
+*predicts* y_{r+1} (y_{T+1} = </s>); see attnmt/models/decoders.py. Which row "belongs" to output
+word y_j is a convention, and the paper fixes it per score function (section 3.1, footnote):
+
+    timing "predicted"  y_j ↔ the row that predicts it, r = j − 1   (location: a_t = softmax(W_a h_t)
+                                                                    depends on no source content)
+    timing "input"      y_j ↔ the row that reads it,   r = j       (content-based: dot, general,
+                                                                    concat, and local attention)
+    timing "paper"      "predicted" for the location score, "input" otherwise (the default)
+
+Force decoding gives the T+1 rows, so both conventions have a row for every output word, the last
+one included (its "input" row is the step that predicts </s>).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnmt.config import Config
+from attnmt.data.batching import collate
+from attnmt.data.vocab import UNK, Tokenizer
+from attnmt.errors import UserError
+
+TIMINGS = ("paper", "input", "predicted")
+
+
+@dataclass
+class Member:
+    """One trained model with what is needed to feed it text."""
+
+    model: torch.nn.Module
+    cfg: Config
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    name: str = ""
+
+
+def is_location(cfg: Config) -> bool:
+    return cfg.model.attention == "global" and cfg.model.score == "location"
+
+
+def resolve_timing(cfg: Config, timing: str = "paper") -> str:
+    """The concrete timing ("input" or "predicted") of a model under ``timing``."""
+    if timing not in TIMINGS:
+        raise UserError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
+    if timing == "paper":
+        return "predicted" if is_location(cfg) else "input"
+    return timing
+
+
+def prepare_source(cfg: Config, src_tok: Tokenizer, line: str) -> tuple[list[str], list[int], list[int]]:
+    """(pieces, whitespace-word index of each piece, ids) of a source line, as the model reads it
+    (lower-cased if the run was; cut to max_src_len for the location score). Input order."""
+    if cfg.data.lowercase:
+        line = line.lower()
+    pieces, words = src_tok.split_with_words(line)
+    ids = src_tok.encode_pieces(pieces)
+    if is_location(cfg):
+        ids = ids[: cfg.model.max_src_len]
+    return pieces[: len(ids)], words[: len(ids)], ids
+
+
+@torch.no_grad()
+def force_attention(
+    member: Member,
+    src_lines: list[str],
+    tgt_ids: list[list[int]],
+    batch_size: int = 32,
+) -> list[torch.Tensor]:
+    """For each pair, the (T+1, S) attention rows of force decoding ``tgt_ids`` (T target pieces,
+    no <s>/</s>), source pieces in input order (reversal undone). Empty sources get one <unk>."""
+    model, cfg = member.model, member.cfg
+    if not getattr(model, "has_attention", True):
+        raise UserError("this model has no attention to align with", member.name or None)
+    device = next(model.parameters()).device
+    src_ids = []
+    for line in src_lines:
+        ids = prepare_source(cfg, member.src_tok, line)[2] or [UNK]
+        src_ids.append(ids[::-1] if cfg.data.reverse_source else ids)
+    out: list[torch.Tensor] = [torch.empty(0)] * len(src_lines)
+    order = sorted(range(len(src_lines)), key=lambda i: len(src_ids[i]), reverse=True)
+    was_training = model.training
+    model.eval()
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        batch = collate([src_ids[i] for i in chunk], [tgt_ids[i] for i in chunk], chunk).to(device)
+        _, weights = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=True)
+        if weights is None:
+            raise UserError("this model returns no attention weights", member.name or None)
+        weights = weights.float().cpu()  # (B, T+1, S)
+        for b, i in enumerate(chunk):
+            rows = weights[b, : len(tgt_ids[i]) + 1, : len(src_ids[i])]
+            out[i] = rows.flip(-1) if cfg.data.reverse_source else rows
+    model.train(was_training)
+    return out
+
+
+def output_rows(rows: torch.Tensor, n_out: int, timing: str) -> torch.Tensor:
+    """(n_out, S): the attention row of each of the n_out output pieces under a concrete timing."""
+    if timing == "input":
+        return rows[1 : n_out + 1]
+    if timing == "predicted":
+        return rows[:n_out]
+    raise ValueError(f"concrete timing expected, got {timing!r}")
+
+
+def word_attention(attention: torch.Tensor, src_words: list[int], tgt_words: list[int]) -> torch.Tensor:
+    """Piece attention (T pieces, S pieces) -> word attention (target words, source words): summed
+    over the pieces of a source word, averaged over the pieces of a target word."""
+    n_src = max(src_words) + 1 if src_words else 0
+    n_tgt = max(tgt_words) + 1 if tgt_words else 0
+    src_map = torch.zeros(len(src_words), n_src)
+    src_map[torch.arange(len(src_words)), torch.tensor(src_words, dtype=torch.long)] = 1.0
+    tgt_map = torch.zeros(n_tgt, len(tgt_words))
+    tgt_map[torch.tensor(tgt_words, dtype=torch.long), torch.arange(len(tgt_words))] = 1.0
+    tgt_map = tgt_map / tgt_map.sum(1, keepdim=True).clamp_min(1.0)
+    return tgt_map @ attention[: len(tgt_words), : len(src_words)] @ src_map

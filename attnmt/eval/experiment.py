@@ -1,0 +1,234 @@
+"""``attnmt experiment luong``: the progressive rows of Luong et al. (2015), Table 1, on any corpus.
+
+Rows (each adds one thing to the row above, as in the paper):
+
+    base                     stacked LSTM, no attention, no dropout, source in order
+    + reverse                source reversed
+    + dropout                dropout 0.2
+    + global (location)      global attention, location score a_t = softmax(W_a h_t)
+    + feed input             input feeding (h̃_{t-1} joins the decoder input)
+    local-p (general) + feed local-p attention, general score (replaces global location)
+    + unk replace            the same model; output <unk> replaced via attention (and --dict)
+    ensemble (+ unk replace) every attentional model above, log-probabilities averaged
+
+Every trained row gets the same budget (``--steps`` updates; 0 = the config's epochs) and size.
+All rows use a word-level vocabulary (``--vocab`` most frequent words per side, the rest <unk>),
+as the paper does: with sub-words there would be no <unk> to replace and the unk row would be
+meaningless. Each row reports test perplexity (teacher forcing) and test BLEU (beam search),
+sacrebleu's detokenised BLEU and the paper-style tokenised BLEU.
+
+Everything lands in OUT: configs/<row>.yaml, runs/<row>/ (training runs; a finished row is not
+retrained and a killed one resumes), hyp/<row>.txt, results/<row>.json, table.md (Table 1),
+curves.png (Figure 5), lengths/ (Figure 6: base vs. the best single model vs. the ensemble).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from attnmt.config import Config, apply_overrides, save_config
+from attnmt.data.corpus import read_lines, read_parallel, write_lines
+from attnmt.errors import UserError
+
+
+@dataclass
+class Row:
+    name: str
+    label: str
+    overrides: list[str] = field(default_factory=list)  # cumulative, relative to the base row
+    train: bool = True
+    unk: bool = False
+    ensemble: bool = False
+    model_of: str = ""  # rows that reuse another row's model
+
+
+ROWS = [
+    Row("base", "Base", ["model.attention=none", "model.input_feed=false", "model.dropout=0.0",
+                         "data.reverse_source=false"]),
+    Row("reverse", "+ reverse", ["data.reverse_source=true"]),
+    Row("dropout", "+ dropout", ["model.dropout=0.2"]),
+    Row("global-location", "+ global attention (location)", ["model.attention=global", "model.score=location"]),
+    Row("feed", "+ feed input", ["model.input_feed=true"]),
+    Row("local-p", "+ local-p attention (general) + feed input", ["model.attention=local-p", "model.score=general"]),
+    Row("unk", "+ unk replace", train=False, unk=True, model_of="local-p"),
+    Row("ensemble", "Ensemble of the attentional models + unk replace", train=False, unk=True, ensemble=True),
+]
+ROW_NAMES = [r.name for r in ROWS]
+
+
+@dataclass
+class Settings:
+    train: str
+    dev: str
+    test: str
+    src: str
+    tgt: str
+    out: Path
+    steps: int = 1000
+    layers: int = 2
+    hidden: int = 256
+    vocab: int = 10000
+    batch_size: int = 64
+    beam: int = 5
+    threads: int = 1
+    test_lines: int = 0  # 0 = all
+    dictionary: str | None = None
+    rows: list[str] = field(default_factory=lambda: list(ROW_NAMES))
+    extra: list[str] = field(default_factory=list)  # --set overrides applied to every row
+
+
+def row_config(s: Settings, row: Row) -> Config:
+    """The full config of a trained row: the shared settings, then every row's overrides up to it."""
+    base = [
+        f"data.train={s.train}", f"data.dev={s.dev}", f"data.src={s.src}", f"data.tgt={s.tgt}",
+        "data.tokenizer=word", f"data.src_vocab_size={s.vocab}", f"data.tgt_vocab_size={s.vocab}",
+        "model.type=lstm", f"model.layers={s.layers}", f"model.hidden={s.hidden}", f"model.embed={s.hidden}",
+        "train.optimizer=adam", "train.lr=0.002", "train.warmup=200", f"train.batch_size={s.batch_size}",
+        f"train.threads={s.threads}", f"train.max_steps={s.steps}",
+        f"train.valid_every={max(s.steps // 5, 50) if s.steps else 0}",
+    ]
+    overrides = list(base)
+    for r in ROWS:
+        overrides += r.overrides
+        if r.name == row.name:
+            break
+    return apply_overrides(Config(), overrides + s.extra)
+
+
+def _finished(run: Path) -> bool:
+    log = run / "log.jsonl"
+    return log.exists() and any('"event": "end"' in line for line in log.read_text(encoding="utf-8").splitlines())
+
+
+def train_row(s: Settings, row: Row) -> Path:
+    from attnmt.train.training import run_training
+
+    run = s.out / "runs" / row.name
+    if _finished(run):
+        return run
+    cfg_path = s.out / "configs" / f"{row.name}.yaml"
+    cfg_path.parent.mkdir(parents=True, exist_ok=True)
+    save_config(row_config(s, row), cfg_path)
+    resume = (run / "checkpoints" / "LAST").exists()
+    _note(f"training {row.name} ({'resuming' if resume else 'new'}) -> {run}")
+    run_training(str(cfg_path), str(run), [], resume)
+    return run
+
+
+def _note(msg: str) -> None:
+    print(f"attnmt: experiment: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+
+def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: list[str]) -> dict:
+    """Translate the test set with the row's model(s), then BLEU and (single models) perplexity."""
+    from attnmt.cli.score import model_perplexity
+    from attnmt.decode.ensemble import load_translator, members_of
+    from attnmt.decode.unk_replace import load_dictionary, replace_unks
+    from attnmt.eval.scoring import score_all
+
+    translator = load_translator([str(r) for r in runs], "best", "auto")
+    start = time.time()
+    results = translator.translate(src, beam=s.beam, batch_size=32)
+    result: dict = {"row": row.name, "label": row.label, "models": [str(r) for r in runs]}
+    if row.unk:
+        dictionary = load_dictionary(s.dictionary) if s.dictionary else None
+        results, stats = replace_unks(members_of(translator), src, results, dictionary)
+        result.update(unk_replaced=stats.unks, unk_from_dictionary=stats.from_dictionary)
+    hyps = [h[0].text if h and line.strip() else "" for line, h in zip(src, results)]
+    result["translate_s"] = round(time.time() - start, 1)
+    result["unk_in_output"] = sum(h.count("<unk>") for h in hyps)
+    (s.out / "hyp").mkdir(exist_ok=True)
+    write_lines(s.out / "hyp" / f"{row.name}.txt", hyps)
+    result.update(score_all(hyps, ref, s.tgt))
+    if len(runs) == 1:
+        result["ppl"] = model_perplexity(str(runs[0]), str(s.out / f"test.{s.src}"),
+                                         str(s.out / f"test.{s.tgt}"))["ppl"]
+    return result
+
+
+def write_table(results: list[dict], path: Path) -> str:
+    lines = ["| System | Ppl | BLEU | Δ | BLEU (tok) | chrF |", "|---|---|---|---|---|---|"]
+    prev = None
+    for r in results:
+        delta = f"{r['bleu'] - prev:+.1f}" if prev is not None else ""
+        ppl = f"{r['ppl']:.2f}" if "ppl" in r else "–"
+        lines.append(f"| {r['label']} | {ppl} | {r['bleu']:.2f} | {delta} | {r['bleu_tok']:.2f} | {r['chrf']:.1f} |")
+        prev = r["bleu"]
+    text = "\n".join(lines) + "\n"
+    path.write_text(text, encoding="utf-8")
+    return text
+
+
+def run_luong(s: Settings) -> str:
+    unknown = [r for r in s.rows if r not in ROW_NAMES]
+    if unknown:
+        raise UserError(f"unknown rows {', '.join(unknown)} (known: {', '.join(ROW_NAMES)})")
+    if s.threads > 0:
+        torch.set_num_threads(s.threads)
+    s.out.mkdir(parents=True, exist_ok=True)
+    read_parallel(s.train, s.src, s.tgt)  # fail early on a bad corpus
+    src, ref, _ = read_parallel(s.test, s.src, s.tgt)
+    if s.test_lines:
+        src, ref = src[: s.test_lines], ref[: s.test_lines]
+    write_lines(s.out / f"test.{s.src}", src)
+    write_lines(s.out / f"test.{s.tgt}", ref)
+    chosen = [r for r in ROWS if r.name in s.rows]
+    runs: dict[str, Path] = {}
+    for row in chosen:
+        if row.train:
+            runs[row.name] = train_row(s, row)
+    results = []
+    for row in chosen:
+        cached = s.out / "results" / f"{row.name}.json"
+        if cached.exists():
+            results.append(json.loads(cached.read_text(encoding="utf-8")))
+            continue
+        if row.ensemble:
+            candidates = [s.out / "runs" / n for n in ("global-location", "feed", "local-p")]
+            models = [m for m in candidates if _finished(m)]
+        else:
+            models = [runs.get(row.model_of or row.name) or s.out / "runs" / (row.model_of or row.name)]
+        if not models or not all(_finished(m) for m in models):
+            raise UserError(f"row {row.name} needs trained models: run its rows too", str(s.out))
+        _note(f"evaluating {row.name}")
+        result = evaluate_row(s, row, models, src, ref)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        results.append(result)
+    table = write_table(results, s.out / "table.md")
+    _figures(s, chosen, runs, results, src, ref)
+    return table
+
+
+def _figures(s: Settings, chosen: list[Row], runs: dict[str, Path], results: list[dict],
+             src: list[str], ref: list[str]) -> None:
+    from attnmt.eval.lengths import bleu_by_length
+    from attnmt.eval.lengths import write_table as write_length_table
+    from attnmt.eval.plots import plot_curves, plot_lengths
+
+    trained = {r.label: runs[r.name] for r in chosen if r.name in runs}
+    if trained:
+        plot_curves(trained, s.out / "curves.png", s.out / "curves.csv")
+    by_name = {r["row"]: r for r in results}
+    singles = [r for r in results if "ppl" in r]
+    systems = {}
+    if "base" in by_name:
+        systems["base"] = by_name["base"]
+    if singles:
+        best = max(singles, key=lambda r: r["bleu"])
+        systems[f"best single ({best['row']})"] = best
+    for name in ("unk", "ensemble"):
+        if name in by_name:
+            systems[name] = by_name[name]
+    if systems:
+        hyps = {label: read_lines(s.out / "hyp" / f"{r['row']}.txt") for label, r in systems.items()}
+        rows = bleu_by_length(src, ref, hyps)
+        (s.out / "lengths").mkdir(exist_ok=True)
+        write_length_table(rows, s.out / "lengths" / "lengths.csv", s.out / "lengths" / "lengths.md")
+        plot_lengths(rows, list(hyps), s.out / "lengths" / "lengths.png")

@@ -1,0 +1,110 @@
+"""The paper's figures as PNG files (matplotlib, Agg backend: no display needed).
+
+* ``plot_curves``   learning curves from training logs (Luong et al. 2015, Figure 5): perplexity
+                    against updates, dev (solid, markers) and training (thin) per run.
+* ``plot_lengths``  BLEU by source-length bucket, one line per system (Figure 6).
+* ``plot_heatmap``  an attention matrix, target pieces down, source pieces across (Figure 7).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot is imported: no display on servers
+import matplotlib.pyplot as plt
+import torch
+
+from attnmt.errors import UserError
+
+
+def read_log(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """(step, perplexity) points of a run's log.jsonl: {"train": [...], "valid": [...]}."""
+    path = Path(run_dir) / "log.jsonl"
+    if not path.exists():
+        raise UserError("no training log (log.jsonl) in this run directory", str(run_dir))
+    curves: dict[str, list[tuple[int, float]]] = {"train": [], "valid": []}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                raise UserError("not a JSON record", str(path), number) from None
+            if rec.get("event") in curves and "step" in rec and "ppl" in rec:
+                curves[rec["event"]].append((int(rec["step"]), float(rec["ppl"])))
+    return curves
+
+
+def plot_curves(runs: dict[str, str | Path], out: str | Path, csv_out: str | Path | None = None) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rows = []
+    for k, (label, run) in enumerate(runs.items()):
+        curves = read_log(run)
+        color = f"C{k % 10}"
+        if curves["train"]:
+            s, p = zip(*curves["train"])
+            ax.plot(s, p, color=color, alpha=0.35, linewidth=1)
+        if curves["valid"]:
+            s, p = zip(*curves["valid"])
+            ax.plot(s, p, color=color, marker="o", markersize=3, label=f"{label} (dev)")
+        elif curves["train"]:
+            ax.plot([], [], color=color, label=f"{label} (train)")
+        rows += [(label, kind, step, ppl) for kind in ("train", "valid") for step, ppl in curves[kind]]
+    if not rows:
+        raise UserError("the training logs hold no train/valid records to plot")
+    ax.set_yscale("log")
+    ax.set_xlabel("updates")
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title("Learning curves (dev solid, training faint)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, out)
+    if csv_out:
+        Path(csv_out).write_text("run,kind,step,ppl\n" + "".join(f"{a},{b},{c},{d:.4f}\n" for a, b, c, d in rows),
+                                 encoding="utf-8")
+
+
+def plot_lengths(rows: list[dict], systems: list[str], out: str | Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = [r["bucket"] for r in rows]
+    for k, name in enumerate(systems):
+        ys = [r[name] for r in rows]
+        ax.plot(range(len(rows)), ys, marker="o", color=f"C{k % 10}", label=name)
+    ax.set_xticks(range(len(rows)), [f"{lab}\n(n={r['sentences']})" for lab, r in zip(labels, rows)], fontsize=8)
+    ax.set_xlabel("source sentence length (words)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("BLEU by sentence length")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    _save(fig, out)
+
+
+def plot_heatmap(attention: torch.Tensor, src_labels: list[str], tgt_labels: list[str], out: str | Path,
+                 title: str = "") -> None:
+    """attention: (len(tgt_labels), len(src_labels))."""
+    a = attention.detach().float().cpu().numpy()
+    h, w = a.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * w + 2), max(3.0, 0.4 * h + 1.5)))
+    ax.imshow(a, cmap="Greys", vmin=0.0, vmax=max(float(a.max()), 1e-9), aspect="auto")
+    ax.set_xticks(range(w), src_labels, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(h), tgt_labels, fontsize=8)
+    ax.xaxis.tick_top()
+    plt.setp(ax.get_xticklabels(), ha="left")
+    if title:
+        ax.set_xlabel(title, fontsize=8)
+    _save(fig, out)
+
+
+def _save(fig, out: str | Path) -> None:
+    out = Path(out)
+    if out.parent and not out.parent.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+

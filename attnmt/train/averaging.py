@@ -1,0 +1,73 @@
+"""Checkpoint averaging: the element-wise mean of a run's last N checkpoints as a new run.
+
+    θ̄ = (1/N) Σ_{k=1..N} θ_k        (floating-point tensors; others are taken from the newest)
+
+The result is a complete run directory (config, tokenizers, one checkpoint marked LAST and BEST)
+that ``translate``, ``score`` and ``align`` load like any other run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from attnmt.config import load_config
+from attnmt.data.vocab import load_tokenizer
+from attnmt.errors import UserError
+from attnmt.models import build_model
+from attnmt.train.checkpoint import list_checkpoints, load_weights, save_checkpoint
+
+_RUN_FILES = ("config.yaml", "src.vocab", "tgt.vocab", "src.spm.model", "tgt.spm.model",
+              "src.spm.vocab", "tgt.spm.vocab")
+
+
+def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Mean of the floating-point tensors (accumulated in float64), the rest from the last dict."""
+    keys = set(states[0])
+    for s in states[1:]:
+        if set(s) != keys:
+            raise UserError("checkpoints hold different parameter names; cannot average them")
+    out = {}
+    for k, last in states[-1].items():
+        if last.is_floating_point():
+            total = sum(s[k].double() for s in states)
+            out[k] = (total / len(states)).to(last.dtype)
+        else:
+            out[k] = last.clone()
+    return out
+
+
+def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os.PathLike) -> Path:
+    """Average the ``last`` newest checkpoints of ``run_dir`` into the new run ``out_dir``."""
+    run, out = Path(run_dir), Path(out_dir)
+    ckpts = list_checkpoints(run)
+    if not ckpts:
+        raise UserError("no checkpoints found (is this a training run directory?)", str(run))
+    if last < 1 or last > len(ckpts):
+        raise UserError(f"--last must be between 1 and {len(ckpts)} (the checkpoints kept), got {last}", str(run))
+    if (out / "checkpoints").exists():
+        raise UserError("output directory already holds checkpoints; choose a new --out", str(out))
+    if out.resolve() == run.resolve():
+        raise UserError("--out must differ from --model", str(out))
+    chosen = ckpts[-last:]
+    avg = average_state_dicts([load_weights(c / "model.safetensors") for c in chosen])
+    cfg = load_config(run / "config.yaml")
+    src_tok = load_tokenizer(run, "src") if cfg.task == "translate" else None
+    model = build_model(cfg, len(src_tok) if src_tok else 0, len(load_tokenizer(run, "tgt")))
+    try:
+        model.load_state_dict(avg)
+    except RuntimeError as err:
+        raise UserError(f"weights do not fit the config ({str(err).splitlines()[0]})", str(run)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    for name in _RUN_FILES:
+        if (run / name).exists():
+            shutil.copyfile(run / name, out / name)
+    step = int(chosen[-1].name.split("-")[1])
+    save_checkpoint(out, step, model, None, best=True)
+    with open(out / "log.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"event": "average", "from": str(run), "checkpoints": [c.name for c in chosen]}) + "\n")
+    return out

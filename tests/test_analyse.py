@@ -1,0 +1,117 @@
+"""BLEU by length, learning curves, heat maps (PNG + tables), and the Table-1 experiment runner."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from analysis_fixtures import SRC, TGT, make_run
+
+from attnmt.cli.main import main
+from attnmt.eval.lengths import bleu_by_length, bucket_labels, bucket_of
+from attnmt.eval.plots import plot_heatmap, read_log
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_png(path) -> bool:
+    data = path.read_bytes()
+    return data[:8] == PNG and len(data) > 2000
+
+
+def test_buckets():
+    assert bucket_labels() == ["<10", "10-20", "20-30", "30-40", "40-50", "50+"]
+    assert [bucket_of(n) for n in (0, 9, 10, 19, 20, 39, 49, 50, 120)] == [0, 0, 1, 1, 2, 3, 4, 5, 5]
+
+
+def test_bleu_by_length():
+    src = ["w " * 5, "w " * 12, "w " * 15, "w " * 55]
+    ref = ["a b c d e", "the cat sat on the mat today", "one two three four five six", "x y z w v u"]
+    hyp = [ref[0], ref[1], "one two three four five six", "completely wrong output here now"]
+    rows = bleu_by_length(src, ref, {"sys": hyp, "ref": ref})
+    by = {r["bucket"]: r for r in rows}
+    assert by["<10"]["sentences"] == 1 and by["10-20"]["sentences"] == 2 and by["50+"]["sentences"] == 1
+    assert by["10-20"]["sys"] == pytest.approx(100.0) and by["50+"]["sys"] < 10
+    assert all(r["ref"] == pytest.approx(100.0) for r in rows if r["sentences"])
+    assert math.isnan(by["20-30"]["sys"]) and by["20-30"]["sentences"] == 0
+
+
+def test_cli_lengths_writes_tables_and_png(tmp_path, capsys):
+    src, ref, h1, h2 = (tmp_path / n for n in ("s", "r", "h1", "h2"))
+    src.write_text("\n".join(["a b c"] * 3 + ["w " * 25]) + "\n", encoding="utf-8")
+    ref.write_text("x y z\np q r\ns t u\nl m n o\n", encoding="utf-8")
+    h1.write_text("x y z\np q r\ns t\nl m n o\n", encoding="utf-8")
+    h2.write_text("x\np\ns\nl\n", encoding="utf-8")
+    out = tmp_path / "len"
+    assert main(["analyse", "lengths", "--src", str(src), "--ref", str(ref), "--hyp", str(h1), "--hyp",
+                 str(h2), "--name", "good", "--name", "bad", "--out", str(out)]) == 0
+    assert "| bucket | sentences | avg_len | good | bad |" in capsys.readouterr().out
+    assert _is_png(out / "lengths.png")
+    assert (out / "lengths.csv").read_text(encoding="utf-8").startswith("bucket,sentences,avg_len,good,bad")
+    h2.write_text("x\n", encoding="utf-8")
+    assert main(["analyse", "lengths", "--src", str(src), "--ref", str(ref), "--hyp", str(h2),
+                 "--out", str(out)]) == 2
+
+
+def _fake_log(run, points):
+    run.mkdir(parents=True)
+    with open(run / "log.jsonl", "w", encoding="utf-8") as f:
+        f.write(json.dumps({"event": "start", "params": 1}) + "\n")
+        for step, ppl in points:
+            f.write(json.dumps({"event": "train", "step": step, "loss": math.log(ppl * 1.1), "ppl": ppl * 1.1}) + "\n")
+            f.write(json.dumps({"event": "valid", "step": step, "ppl": ppl}) + "\n")
+
+
+def test_cli_curves(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _fake_log(a, [(100, 50.0), (200, 20.0), (300, 12.0)])
+    _fake_log(b, [(100, 60.0), (200, 30.0)])
+    assert read_log(a)["valid"] == [(100, 50.0), (200, 20.0), (300, 12.0)]
+    out, csv = tmp_path / "c.png", tmp_path / "c.csv"
+    assert main(["analyse", "curves", "--run", str(a), "--run", str(b), "--out", str(out), "--csv", str(csv)]) == 0
+    assert _is_png(out)
+    assert len(csv.read_text(encoding="utf-8").splitlines()) == 1 + 2 * 5
+    assert main(["analyse", "curves", "--run", str(tmp_path / "missing"), "--out", str(out)]) == 2
+
+
+def test_heatmap(tmp_path, capsys):
+    plot_heatmap(torch.rand(3, 4), list("abcd"), list("xyz"), tmp_path / "h.png", "title")
+    assert _is_png(tmp_path / "h.png")
+    run = make_run(tmp_path, overrides=["model.attention=global", "model.score=dot", "data.reverse_source=true"])
+    out, csv = tmp_path / "hm.png", tmp_path / "hm.csv"
+    assert main(["analyse", "heatmap", "--model", str(run), "--input", "the old dog saw a cat",
+                 "--target", "el perro viejo vio un gato", "--out", str(out), "--csv", str(csv)]) == 0
+    assert _is_png(out)
+    rows = csv.read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "target,the,old,dog,saw,a,cat" and len(rows) == 1 + 6
+    assert all(abs(sum(map(float, r.split(",")[1:])) - 1) < 1e-3 for r in rows[1:])
+    assert main(["analyse", "heatmap", "--model", str(run), "--input", "the dog", "--out", str(out)]) == 0
+    assert _is_png(out)
+
+
+def test_experiment_luong_tiny(tmp_path):
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.en").write_text("\n".join(SRC * 2) + "\n", encoding="utf-8")
+        (tmp_path / f"{split}.es").write_text("\n".join(TGT * 2) + "\n", encoding="utf-8")
+    out = tmp_path / "exp"
+    args = ["experiment", "luong", "--train", str(tmp_path / "train"), "--dev", str(tmp_path / "dev"),
+            "--test", str(tmp_path / "test"), "--out", str(out), "--steps", "2", "--layers", "1",
+            "--hidden", "8", "--vocab", "12", "--beam", "2", "--test-lines", "3",
+            "--set", "train.batch_size=4"]
+    assert main(args) == 0
+    table = (out / "table.md").read_text(encoding="utf-8")
+    assert table.count("\n") == 2 + 8 and "+ unk replace" in table and "Ensemble" in table
+    unk = json.loads((out / "results" / "unk.json").read_text(encoding="utf-8"))
+    assert unk["unk_in_output"] == 0  # every <unk> was replaced
+    ens = json.loads((out / "results" / "ensemble.json").read_text(encoding="utf-8"))
+    assert len(ens["models"]) == 3
+    assert _is_png(out / "curves.png") and _is_png(out / "lengths" / "lengths.png")
+    cfg = (out / "configs" / "feed.yaml").read_text(encoding="utf-8")
+    assert "tokenizer: word" in cfg and "attention: global" in cfg and "score: location" in cfg
+    assert "input_feed: true" in cfg and "reverse_source: true" in cfg and "dropout: 0.2" in cfg
+    mtime = (out / "runs" / "base" / "log.jsonl").stat().st_mtime
+    assert main(args) == 0  # finished rows are reused, not retrained
+    assert (out / "runs" / "base" / "log.jsonl").stat().st_mtime == mtime
+    assert main(args[:-2] + ["--rows", "base,nope"]) == 2
