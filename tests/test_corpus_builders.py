@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.data import bible, outputs
+from attnmt.data import bible, domain_text, domains, outputs
 from attnmt.data.sword import (
     SwordTools,
     entry_paragraphs,
@@ -241,6 +241,10 @@ def _fixture_modules(root: Path) -> SwordTools:
     return SwordTools(mod2imp=str(exe), sword_path=str(root))
 
 
+def quiet(_msg: str) -> None:
+    pass
+
+
 def _snapshot(d: Path) -> dict[str, tuple[bytes, int]]:
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(d.iterdir())}
 
@@ -248,7 +252,6 @@ def _snapshot(d: Path) -> dict[str, tuple[bytes, int]]:
 def test_build_bible_end_to_end_and_idempotent(tmp_path):
     tools = _fixture_modules(tmp_path / "sword")
     out = tmp_path / "bible"
-    quiet = lambda s: None
     info = bible.build_bible(out, tools=tools, install=False, say=quiet)
     assert info["splits"]["train"]["pairs"] == 10 and info["splits"]["dev"]["pairs"] == 10
     assert info["splits"]["test"]["pairs"] == 20
@@ -294,8 +297,118 @@ def test_cli_reports_missing_tool_in_one_line(tmp_path, capsys):
     assert err[-1].startswith("attnmt: error: ") and "nope" in err[-1]
 
 
-def test_atomic_write_leaves_no_temp_files(tmp_path):
-    outputs.write_lines(tmp_path / "a.txt", ["x", "y"])
-    outputs.write_lines(tmp_path / "a.txt", ["z"])
-    assert (tmp_path / "a.txt").read_text() == "z\n"
-    assert os.listdir(tmp_path) == ["a.txt"]
+def test_builds_leave_no_temporary_files(tmp_path):
+    tools = _fixture_modules(tmp_path / "sword")
+    bible.build_bible(tmp_path / "b", tools=tools, install=False, say=quiet)
+    assert sorted(os.listdir(tmp_path / "b")) == sorted(
+        [f"{s}.{e}" for s in ("train", "dev", "test") for e in ("en", "es", "keys")]
+        + ["align_log.tsv", "manifest.json"]
+    )
+
+
+# ---------------------------------------------------------------- domains
+
+
+def test_split_lines_blocks_ratio_and_determinism():
+    lines = [f"line {i}" for i in range(10000)]
+    s = domains.split_lines(lines)
+    assert [len(s[k]) for k in ("train", "dev", "test")] == [9000, 500, 500]
+    assert s == domains.split_lines(lines)
+    # blocks of 50 lines: the 10th and 20th of every 20 blocks
+    assert s["dev"][:50] == [f"line {i}" for i in range(450, 500)]
+    assert s["test"][0] == "line 950" and s["dev"][50] == "line 1450"
+    assert sorted(s["train"] + s["dev"] + s["test"]) == sorted(lines)
+    small = domains.split_lines([str(i) for i in range(40)])  # blocks of one line
+    assert small["dev"] == ["9", "29"] and small["test"] == ["19", "39"]
+
+
+def test_add_user_domain_idempotent_and_errors(tmp_path):
+    text = tmp_path / "mine.txt"
+    text.write_text("".join(f"  sentence   number {i}\n\n" for i in range(100)), "utf-8")
+    out = tmp_path / "dom"
+    res = domains.build_domains(out, domains=[], added=[domains.parse_add(f"legal2={text}")],
+                                say=quiet)
+    assert res["legal2"]["train"]["lines"] == 90 and res["legal2"]["test"]["lines"] == 5
+    assert (out / "legal2" / "dev.txt").read_text("utf-8").splitlines()[0] == "sentence number 9"
+    before = _snapshot(out / "legal2")
+    domains.build_domains(out, domains=[], added=[("legal2", text)], say=quiet)
+    assert _snapshot(out / "legal2") == before
+    text.write_text("".join(f"changed {i}\n" for i in range(100)), "utf-8")  # new source: rebuilt
+    domains.build_domains(out, domains=[], added=[("legal2", text)], say=quiet)
+    assert (out / "legal2" / "train.txt").read_text("utf-8").startswith("changed 0\n")
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok\nbad \xff byte\n")
+    with pytest.raises(UserError, match=r"bad\.txt:2: not UTF-8"):
+        domains.build_domains(out, domains=[], added=[("bad", bad)], say=quiet)
+    short = tmp_path / "short.txt"
+    short.write_text("one\ntwo\n", "utf-8")
+    with pytest.raises(UserError, match="need at least"):
+        domains.build_domains(out, domains=[], added=[("short", short)], say=quiet)
+    with pytest.raises(UserError, match="no such file"):
+        domains.build_domains(out, domains=[], added=[("x", tmp_path / "nope.txt")], say=quiet)
+    for spec in ("noequals", "man=x.txt", "=x.txt", "a b=x.txt"):
+        with pytest.raises(UserError):
+            domains.parse_add(spec)
+    with pytest.raises(UserError, match="unknown domain"):
+        domains.build_domains(out, domains=["recipes"], say=quiet)
+
+
+def test_bible_domain_reuses_the_book_split(tmp_path):
+    tools = _fixture_modules(tmp_path / "sword")
+    bible.build_bible(tmp_path / "bible", tools=tools, install=False, say=quiet)
+    res = domains.build_domains(tmp_path / "dom", domains=["bible"], bible_dir=tmp_path / "bible",
+                                say=quiet)
+    assert res["bible"]["dev"]["lines"] == 10
+    for split in ("train", "dev", "test"):
+        assert (tmp_path / "dom" / "bible" / f"{split}.txt").read_bytes() == (
+            tmp_path / "bible" / f"{split}.en"
+        ).read_bytes()
+
+
+def test_man_page_paragraphs():
+    rendered = (
+        "LS(1)        User Commands        LS(1)\n\nNAME\n       ls - list directory contents\n\n"
+        "SYNOPSIS\n       ls [OPTION]... [FILE]...\n\nDESCRIPTION\n"
+        "       List information about the FILEs (the current directory by default).\n\n"
+        "       -a, --all\n              do not ignore entries starting with .\n\n"
+        "       -l     use a long listing format\n\n"
+        "SEE ALSO\n       Full documentation is available locally via info and more text.\n"
+    )
+    assert list(domain_text.man_paragraphs(rendered)) == [
+        "ls - list directory contents",
+        "List information about the FILEs (the current directory by default).",
+        "-a, --all do not ignore entries starting with .",  # an option's lines join
+        "-l use a long listing format",
+    ]  # SYNOPSIS and SEE ALSO skipped, the page header is not a paragraph
+
+
+def test_html_paragraphs_skip_code_and_navigation():
+    page = (
+        "<html><head><title>os — Miscellaneous interfaces</title><script>var x = 1;</script></head>"
+        '<body><div class="related"><ul><li>previous page link text here ok</li></ul></div>'
+        '<h1>The os module and its many uses<a class="headerlink" href="#x">¶</a></h1>'
+        "<p>This module provides a <code>portable</code> way of using\n operating system "
+        "functionality.</p><pre>import os\nos.listdir('.') # a comment with words</pre>"
+        "<ul><li>Each item of this list is prose.</li><li>x = f(y)</li></ul></body></html>"
+    )
+    assert domain_text.html_paragraphs(page) == [
+        "The os module and its many uses",
+        "This module provides a portable way of using operating system functionality.",
+        "Each item of this list is prose.",
+    ]
+
+
+def test_licence_paragraphs_front_matter_and_language():
+    lic = (
+        "---\nkey: mit\nshort_name: MIT License\n---\n\nPermission is hereby granted, free of"
+        "\ncharge, to any person.\n\nTHE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY.\n\n"
+        "Copyright (c) <year> <name>\n"
+    )
+    assert domain_text.licence_paragraphs(lic) == [
+        "Permission is hereby granted, free of charge, to any person.",
+        'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY.',
+    ]
+    german = "---\nkey: x\nlanguage: de\n---\nDie Software wird ohne jede Gewährleistung geliefert.\n"
+    assert domain_text.licence_paragraphs(german) == []
+    assert list(domain_text.unique(["a", "b", "a"])) == ["a", "b"]

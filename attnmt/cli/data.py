@@ -93,7 +93,56 @@ def run_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [_add_bible, _add_synthetic]
+# ---------------------------------------------------------------- domains
+
+
+def _add_domains(sub: argparse._SubParsersAction) -> None:
+    from attnmt.data.domains import BUILTIN
+
+    p = sub.add_parser(
+        "domains",
+        help="English text of several domains (man pages, Python docs, licences, "
+        "commentaries, Bible), each split train/dev/test",
+        description="English corpora of several domains into DIR/<domain>/{train,dev,test}.txt; "
+        "a user's plain-text file joins with --add NAME=PATH. See docs/DATA.md.",
+    )
+    _common(p)
+    p.add_argument("--domains", default=",".join(BUILTIN), metavar="LIST",
+                   help=f"comma-separated built-in domains, or 'none' (default: {','.join(BUILTIN)})")
+    p.add_argument("--add", action="append", default=[], metavar="NAME=PATH",
+                   help="also split this UTF-8 text file (one unit per line) as domain NAME; "
+                   "repeatable")
+    p.add_argument("--bible", default=None, metavar="DIR",
+                   help="an 'attnmt data bible' output to take the bible domain from "
+                   "(default: built in DIR/cache/bible)")
+    p.add_argument("--mod2imp", default="mod2imp", metavar="PATH",
+                   help="SWORD module reader (default: mod2imp from libsword-utils)")
+    p.add_argument("--no-install", action="store_true",
+                   help="never apt-get install missing tools; fail instead")
+    p.set_defaults(data_run=run_domains)
+
+
+def run_domains(args: argparse.Namespace) -> int:
+    from attnmt.data.domains import build_domains, parse_add
+
+    names = [] if args.domains.strip() == "none" else [
+        d.strip() for d in args.domains.split(",") if d.strip()
+    ]
+    t0 = time.time()
+    build_domains(
+        args.out,
+        domains=names,
+        added=[parse_add(a) for a in args.add],
+        bible_dir=args.bible,
+        force=args.force,
+        install=not args.no_install,
+        mod2imp=args.mod2imp,
+    )
+    print(f"attnmt: data domains done in {time.time() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+SUBCOMMANDS = [_add_bible, _add_synthetic, _add_domains]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

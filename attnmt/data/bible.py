@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnmt.data import debian, outputs
+from attnmt.data.corpus import write_lines
 from attnmt.data.sword import (
     JUNCTION,
     SwordTools,
@@ -268,7 +269,7 @@ def write_corpus(out: Path, pairs: list[Pair], log: list[LogRow], config: dict, 
     files, counts = [], {}
     for split, ps in split_pairs(pairs).items():
         for ext, get in (("en", lambda p: p.en), ("es", lambda p: p.es), ("keys", lambda p: p.key)):
-            outputs.write_lines(out / f"{split}.{ext}", (get(p) for p in ps))
+            write_lines(out / f"{split}.{ext}", [get(p) for p in ps])
             files.append(f"{split}.{ext}")
         counts[split] = {
             "pairs": len(ps),
@@ -276,7 +277,7 @@ def write_corpus(out: Path, pairs: list[Pair], log: list[LogRow], config: dict, 
             "es_words": sum(len(p.es.split()) for p in ps),
         }
     header = "en_keys\tes_keys\tdice\tkept\treason"
-    outputs.write_lines(out / "align_log.tsv", [header] + [r.line() for r in log])
+    write_lines(out / "align_log.tsv", [header] + [r.line() for r in log])
     files.append("align_log.tsv")
     outputs.write_manifest(out, config, files, {**info, "splits": counts})
     return counts

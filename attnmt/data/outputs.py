@@ -1,5 +1,6 @@
-"""Atomic, idempotent corpus output: files are written to a temporary name and renamed, and a
-``manifest.json`` written last records the build settings and every file's SHA-256.
+"""Idempotent corpus output: files are written atomically (:func:`attnmt.data.corpus.write_lines`:
+temporary name, then rename), and a ``manifest.json`` written last records the build settings
+and every file's SHA-256.
 
 A build whose manifest matches the requested settings and whose files all still hash as
 recorded is complete: :func:`is_complete` lets a builder skip it. Manifests hold no
@@ -11,40 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from attnmt.data.corpus import write_lines
+
 MANIFEST = "manifest.json"
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory + rename, so a
-    reader (or an interrupted build) never sees a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_lines(path: str | Path, lines: Iterable[str]) -> None:
-    """One line per item, newline-terminated; items must not contain newlines."""
-    write_atomic(path, "".join(f"{line}\n" for line in lines))
 
 
 def sha256_file(path: str | Path) -> str:
@@ -84,7 +57,7 @@ def write_manifest(out_dir: str | Path, config: dict, files: Iterable[str], info
         "files": {name: sha256_file(out_dir / name) for name in sorted(files)},
         "info": info,
     }
-    write_atomic(out_dir / MANIFEST, json.dumps(man, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    write_lines(out_dir / MANIFEST, [json.dumps(man, indent=1, sort_keys=True, ensure_ascii=False)])
 
 
 def invalidate(out_dir: str | Path) -> None:

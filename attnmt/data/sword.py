@@ -115,14 +115,15 @@ def imp_verses(entries: Iterable[tuple[str, str]] | str) -> dict[str, str]:
 
 # ---------------------------------------------------------------- markup -> text
 
-_TOKEN = re.compile(r"<(/?)([A-Za-z]\w*)([^>]*?)(/?)>|([^<]+)")
+# a tag | a tag cut off at the end of a damaged entry (dropped) | text, or a lone "<"
+_TOKEN = re.compile(r"<(/?)([A-Za-z]\w*)([^>]*?)(/?)>|(<[/A-Za-z][^>]*$)|([^<]+|<)")
 _ATTR = re.compile(r"([\w:.-]+)\s*=\s*(?:\"([^\"]*)\"|'([^']*)')")
 # Elements whose whole content is not verse text: footnotes and cross references, speaker labels
 # of the Song of Songs, and (below) non-canonical headings.
 _DROPPED = {"note", "speaker", "rdg", "catchWord"}
 # Elements that separate words although the markup may have no space beside them.
 _BREAKING = {"l", "lg", "lb", "div", "p", "chapter", "milestone", "title", "list", "item",
-             "br", "verse"}
+             "br", "verse", "table", "row", "cell"}
 _WORDS = {"w", "transChange"}
 _ATTR_NEEDED = {"div", "title", "w", "sync"}
 BREAK = "\x01"     # where a dropped/breaking element stood: a space only between two words
@@ -143,7 +144,9 @@ def _walk(raw: str, junction: str, block: str) -> tuple[str, frozenset[str]]:
     drop_name, drop_depth = "", 0  # the dropped element we are inside, and its nesting depth
     after_word = False  # the last thing seen was the end of a <w>/<transChange>
     for m in _TOKEN.finditer(raw):
-        closing, name, attr_text, selfclose, text = m.groups()
+        closing, name, attr_text, selfclose, cut, text = m.groups()
+        if cut is not None:
+            break
         if text is not None:
             if not drop_depth:
                 out.append(text)
