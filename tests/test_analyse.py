@@ -96,15 +96,17 @@ def test_experiment_luong_tiny(tmp_path):
         (tmp_path / f"{split}.en").write_text("\n".join(SRC * 2) + "\n", encoding="utf-8")
         (tmp_path / f"{split}.es").write_text("\n".join(TGT * 2) + "\n", encoding="utf-8")
     out = tmp_path / "exp"
+    (tmp_path / "d.tsv").write_text("dog\tperro\ncat\tgato\n", encoding="utf-8")
     args = ["experiment", "luong", "--train", str(tmp_path / "train"), "--dev", str(tmp_path / "dev"),
             "--test", str(tmp_path / "test"), "--out", str(out), "--steps", "2", "--layers", "1",
             "--hidden", "8", "--vocab", "12", "--beam", "2", "--test-lines", "3",
-            "--set", "train.batch_size=4"]
+            "--dict", str(tmp_path / "d.tsv"), "--set", "train.batch_size=4"]
     assert main(args) == 0
     table = (out / "table.md").read_text(encoding="utf-8")
     assert table.count("\n") == 2 + 8 and "+ unk replace" in table and "Ensemble" in table
     unk = json.loads((out / "results" / "unk.json").read_text(encoding="utf-8"))
     assert unk["unk_in_output"] == 0  # every <unk> was replaced
+    assert {"bleu_before_replace", "bleu_copy_only", "unk_replaced"} <= set(unk)
     ens = json.loads((out / "results" / "ensemble.json").read_text(encoding="utf-8"))
     assert len(ens["models"]) == 3
     assert _is_png(out / "curves.png") and _is_png(out / "lengths" / "lengths.png")

@@ -125,8 +125,12 @@ def _note(msg: str) -> None:
     print(f"attnmt: experiment: {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
 
 
+_DECODED: dict[tuple, list] = {}  # (models, beam, test) -> translations: the unk row reuses its model's
+
+
 def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: list[str]) -> dict:
-    """Translate the test set with the row's model(s), then BLEU and (single models) perplexity."""
+    """Translate the test set with the row's model(s), then BLEU and (single models) perplexity.
+    Rows with unk replacement also report the BLEU of copying only (no dictionary)."""
     from attnmt.cli.score import model_perplexity
     from attnmt.decode.ensemble import load_translator, members_of
     from attnmt.decode.unk_replace import load_dictionary, replace_unks
@@ -134,13 +138,26 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
 
     translator = load_translator([str(r) for r in runs], "best", "auto")
     start = time.time()
-    results = translator.translate(src, beam=s.beam, batch_size=32)
+    key = (tuple(str(r) for r in runs), s.beam, tuple(src))
+    if key not in _DECODED:
+        _DECODED.clear()
+        _DECODED[key] = translator.translate(src, beam=s.beam, batch_size=32)
+    results = _DECODED[key]
     result: dict = {"row": row.name, "label": row.label, "models": [str(r) for r in runs]}
+
+    def first(res):
+        return [h[0].text if h and line.strip() else "" for line, h in zip(src, res)]
+
     if row.unk:
+        result["bleu_before_replace"] = score_all(first(results), ref, s.tgt)["bleu"]
+        members = members_of(translator)
+        if s.dictionary:
+            copied, _ = replace_unks(members, src, results, None)
+            result["bleu_copy_only"] = score_all(first(copied), ref, s.tgt)["bleu"]
         dictionary = load_dictionary(s.dictionary) if s.dictionary else None
-        results, stats = replace_unks(members_of(translator), src, results, dictionary)
+        results, stats = replace_unks(members, src, results, dictionary)
         result.update(unk_replaced=stats.unks, unk_from_dictionary=stats.from_dictionary)
-    hyps = [h[0].text if h and line.strip() else "" for line, h in zip(src, results)]
+    hyps = first(results)
     result["translate_s"] = round(time.time() - start, 1)
     result["unk_in_output"] = sum(h.count("<unk>") for h in hyps)
     (s.out / "hyp").mkdir(exist_ok=True)
