@@ -412,3 +412,22 @@ def test_licence_paragraphs_front_matter_and_language():
     german = "---\nkey: x\nlanguage: de\n---\nDie Software wird ohne jede Gewährleistung geliefert.\n"
     assert domain_text.licence_paragraphs(german) == []
     assert list(domain_text.unique(["a", "b", "a"])) == ["a", "b"]
+
+
+def test_builtin_domain_output_does_not_depend_on_other_domains(tmp_path, monkeypatch):
+    def fake(pkg):
+        def produce(src):
+            src.versions[pkg] = "1.0"
+            return iter([f"{pkg} paragraph number {i} of prose" for i in range(60)] * 2)
+
+        return produce
+
+    monkeypatch.setitem(domains.PRODUCERS, "man", fake("manpages"))
+    monkeypatch.setitem(domains.PRODUCERS, "pydoc", fake("python3.11-doc"))
+    both = domains.build_domains(tmp_path / "a", domains=["man", "pydoc"], say=quiet)
+    domains.build_domains(tmp_path / "b", domains=["pydoc"], say=quiet)
+    assert both["pydoc"]["train"]["lines"] == 54  # duplicates dropped: 60 lines, 90/5/5
+    for f in ("train.txt", "dev.txt", "test.txt", "manifest.json"):
+        assert (tmp_path / "a" / "pydoc" / f).read_bytes() == (tmp_path / "b" / "pydoc" / f).read_bytes()
+    info = outputs.read_manifest(tmp_path / "a" / "pydoc")["info"]
+    assert info["versions"] == {"python3.11-doc": "1.0"}

@@ -225,6 +225,7 @@ def build_domains(
             result[name] = (outputs.read_manifest(d) or {})["info"]["splits"]
             continue
         say(f"attnmt: building domain {name}")
+        src.versions = {}  # this domain's sources only
         lines = list(domain_text.unique(PRODUCERS[name](src)))
         info = {"versions": dict(sorted(src.versions.items()))}
         result[name] = write_domain(d, lines, config, info)
