@@ -19,7 +19,9 @@ whole vocabulary at once, with contexts s_j = the last j words and c_j = sum_{i 
     log p(w | h) = log P(s_j w) + c_{j+1},   j = the longest stored context with (s_j w) stored
 
 so one dense pass ``logp_1[None, :] + c_1[:, None]`` and, for j = 1..n-1 in increasing order, a
-scatter of each found context's CSR row (``logp + c_{j+1}``) give the full distribution.
+scatter of each found context's CSR row (``logp + c_{j+1}``) give the full distribution. The
+unigram-context rows are the long ones (a frequent word has thousands of successors), so when
+contexts share their last word, level 1 is built once per distinct last word and gathered.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 
 import torch
 
-from attnmt.data.vocab import BOS, PAD
+from attnmt.data.vocab import BOS, PAD, UNK
 
 LN10 = math.log(10.0)
 NEG = -1.0e4  # natural-log score of ids that can never be predicted (<pad>, <s>); finite on purpose
@@ -95,8 +97,6 @@ class QueryIndex:
 
     def clean(self, tokens: torch.Tensor) -> torch.Tensor:
         """Ids outside the vocabulary are <unk>."""
-        from attnmt.data.vocab import UNK
-
         tokens = tokens.to(self.device, torch.long)
         bad = (tokens < 0) | (tokens >= self.V)
         return torch.where(bad, torch.full_like(tokens, UNK), tokens)
