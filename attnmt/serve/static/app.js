@@ -80,7 +80,7 @@ function renderResults() {
   results.forEach((r, i) => {
     const item = document.createElement("li");
     item.className = "translation";
-    item.textContent = r.text;
+    item.textContent = r.text + " ";
     const score = document.createElement("span");
     score.className = "score";
     score.textContent = `score ${r.score.toFixed(3)}`;
