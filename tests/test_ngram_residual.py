@@ -393,7 +393,7 @@ def test_training_with_the_residual_end_to_end(tmp_path, capsys):
     assert isinstance(model_b, NgramResidual) and model_b.alpha == 0.5
 
 
-def test_translation_with_the_residual(tiny_corpus, tmp_path):
+def test_translation_with_the_residual(tiny_corpus, tmp_path, capsys):
     """Decoder-side NgramRes on the tiny translation task; translate --ngram swaps the n-gram."""
     from attnmt.cli.main import main
 
@@ -412,6 +412,12 @@ def test_translation_with_the_residual(tiny_corpus, tmp_path):
     assert main(["translate", "--model", str(run), "--checkpoint", "last", "--input", str(src),
                  "--output", str(out2), "--beam", "2", "--device", "cpu", "--alpha", "0"]) == 0
     assert len(out1.read_text().splitlines()) == len(out2.read_text().splitlines()) == 64
+    # attnmt eval on a parallel corpus: α = 0.3 as trained, α = 0 the decoder alone
+    assert main(["eval", "--model", str(run), "--checkpoint", "last", "--input",
+                 str(tiny_corpus.directory / "dev"), "--alpha", "0,0.3", "--json"]) == 0
+    rows = {r["setting"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert rows.keys() == {"neural", "ngramres alpha=0.3"}
+    assert rows["neural"]["ppl"] != rows["ngramres alpha=0.3"]["ppl"]
     bad = tmp_path / "bad.bin"
     NgramLM.estimate([[4, 5, 6]], V, order=2).save(bad)
     assert main(["translate", "--model", str(run), "--checkpoint", "last", "--input", str(src),
