@@ -38,7 +38,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    type: str = "lstm"  # lstm
+    type: str = "lstm"  # lstm | transformer
     layers: int = 4
     hidden: int = 1000
     embed: int = 1000
@@ -51,6 +51,25 @@ class ModelConfig:
     window: int = 10  # local attention half-width D
     sigma: float = 0.0  # local Gaussian σ; 0 means D/2
     local_composition: str = "paper"  # paper (normalise, then weight) | inside (weight in softmax)
+    # -- transformer (type: transformer; hidden = d_model, embed is unused; init_uniform ignored) --
+    heads: int = 4  # attention heads; hidden must be a multiple
+    ff: int = 1024  # feed-forward inner size
+    norm: str = "pre"  # pre (LN before each sub-layer, final LN) | post (Vaswani et al.)
+    positions: str = "sinusoidal"  # sinusoidal | learned
+    max_positions: int = 1024  # learned position table size (later positions reuse the last row)
+    share_embeddings: bool = False  # one source/target embedding (needs equal vocabulary sizes)
+    tie_output: bool = True  # output projection = target (LM: input) embedding
+    # attention variant per kind: standard | relative | localness | window-mul | window-add |
+    # window-mul-seg | window-add-seg (relative: self-attention only)
+    enc_self_attention: str = "standard"
+    dec_self_attention: str = "standard"
+    cross_attention: str = "standard"
+    attention_layers: int = 0  # the variants apply to the lowest N layers of each stack; 0 = all
+    window_segment: int = 3  # segment size b of the *-seg window masks
+    window_mask: str = "exact"  # exact (P(l<=j<=r or r<=j<=l)) | union | sum (paper: M_fw + M_bw)
+    window_renorm: bool = False  # window-mul: renormalise softmax ⊙ M to sum to one
+    window_temperature: float = 0.0  # boundary-pointer τ; 0 = 1/sqrt(head dim)
+    relative_clip: int = 16  # Shaw et al. clipping distance k
 
 
 @dataclass

@@ -131,7 +131,59 @@ def run_heatmap(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [_add_lengths, _add_curves, _add_heatmap]
+# ---------------------------------------------------------------- windows (Nguyen et al. 2020)
+
+
+def _add_windows(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("windows", help="soft window masks and attention of a Transformer, per layer")
+    p.add_argument("--model", required=True, help="training run directory (model.type: transformer)")
+    p.add_argument("--checkpoint", default="best")
+    p.add_argument("--input", required=True, help="the sentence (source, LM text or text to classify)")
+    p.add_argument("--target", help="translation runs: force this output instead of greedy decoding")
+    p.add_argument("--out", required=True, metavar="DIR", help="writes <kind>_layerN.png and windows.json")
+    p.set_defaults(analyse_run=run_windows)
+
+
+def run_windows(args: argparse.Namespace) -> int:
+    from attnmt.eval.windows import analyse_windows
+
+    report = analyse_windows(args.model, args.input, args.out, args.checkpoint, args.target)
+    if "translation" in report:
+        print(report["translation"])
+    print(f"attnmt: wrote {len(report['layers'])} figures and windows.json to {args.out}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- classify
+
+
+def _add_classify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("classify", help="accuracy of a classifier run, overall and per group")
+    p.add_argument("--model", required=True, help="training run directory (task: classify)")
+    p.add_argument("--checkpoint", default="best")
+    p.add_argument("--input", required=True, help="text<TAB>label[<TAB>group] TSV (or PREFIX of two files)")
+    p.add_argument("--group-column", type=int, default=2,
+                   help="0-based TSV column to group by (agreement data: 2 = attractors)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(analyse_run=run_classify)
+
+
+def run_classify(args: argparse.Namespace) -> int:
+    import json
+
+    from attnmt.models.classifier import evaluate_file
+
+    result = evaluate_file(args.model, args.input, args.checkpoint, args.group_column)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"accuracy {result['accuracy']:.4f} (n={result['n']})")
+    for group, r in result["by_group"].items():
+        print(f"  {group}\t{r['accuracy']:.4f}\t(n={r['n']})")
+    return 0
+
+
+SUBCOMMANDS = [_add_lengths, _add_curves, _add_heatmap, _add_windows, _add_classify]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

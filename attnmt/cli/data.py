@@ -142,7 +142,38 @@ def run_domains(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [_add_bible, _add_synthetic, _add_domains]
+# ---------------------------------------------------------------- agreement
+
+
+def _add_agreement(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "agreement",
+        help="synthetic long-distance subject-verb agreement (number prediction), TSV splits",
+        description="Generated number-prediction data in the spirit of Linzen et al. (2016): "
+        "DIR/{train,dev,test}.tsv with text, label (sg/pl), attractors, intervening nouns. "
+        "See attnmt/data/agreement.py.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--train", type=int, default=20000, help="training sentences")
+    p.add_argument("--test-per-bucket", type=int, default=500,
+                   help="dev and test sentences per number of attractors (0..--max-modifiers)")
+    p.add_argument("--max-modifiers", type=int, default=4, help="most intervening nouns")
+    p.add_argument("--seed", type=int, default=1)
+    p.set_defaults(data_run=run_agreement)
+
+
+def run_agreement(args: argparse.Namespace) -> int:
+    from attnmt.data.agreement import write_agreement
+    from attnmt.errors import UserError
+
+    if args.train < 1 or args.test_per_bucket < 1 or not 0 <= args.max_modifiers <= 12:
+        raise UserError("--train and --test-per-bucket must be >= 1, --max-modifiers in 0..12")
+    counts = write_agreement(args.out, args.train, args.test_per_bucket, args.max_modifiers, args.seed)
+    print(f"attnmt: data agreement wrote {counts} to {args.out}", file=sys.stderr)
+    return 0
+
+
+SUBCOMMANDS = [_add_bible, _add_synthetic, _add_domains, _add_agreement]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

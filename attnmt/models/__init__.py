@@ -19,4 +19,15 @@ def build_model(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
         from attnmt.models.lm import LSTMLM
 
         return LSTMLM(cfg.model, tgt_vocab, cfg.train.init_uniform)
+    if kind == "transformer":
+        from attnmt.models import transformer
+
+        if cfg.task == "translate":
+            return transformer.Transformer(cfg.model, src_vocab, tgt_vocab)
+        if cfg.task == "lm":
+            return transformer.TransformerLM(cfg.model, tgt_vocab)
+        if cfg.task == "classify":  # tgt_vocab = number of classes
+            from attnmt.models.classifier import TransformerClassifier
+
+            return TransformerClassifier(cfg.model, src_vocab, tgt_vocab)
     raise UserError(f"no model of type {kind!r} for task {cfg.task!r}")

@@ -97,4 +97,34 @@ def prepare_data(
             data.dev_tgt = [s for s in encode_corpus(tgt_tok, dev) if s]
             data.dev_src = [[] for _ in data.dev_tgt]
         return data
+    if cfg.task == "classify":
+        return _prepare_classify(cfg, run_dir, create_tokenizers, sync)
     raise UserError(f"task {cfg.task!r} has no data loader")
+
+
+def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[], None]) -> TaskData:
+    """Texts -> source token ids (truncated to max_len, never empty); labels -> [class id]."""
+    from attnmt.data.labels import LabelSet, read_classification
+    from attnmt.data.vocab import UNK
+
+    d = cfg.data
+    texts, labels, _, where = read_classification(d.train, d.src, d.tgt)
+    texts = _lower(texts, cfg)
+    src_tok = _tokenizer(cfg, run_dir, "src", texts, create)
+    label_set = LabelSet.build(labels)
+    if create:
+        label_set.save(run_dir)
+    sync()
+    if not create:
+        src_tok, label_set = load_tokenizer(run_dir, "src"), LabelSet.load(run_dir)
+
+    def encode(lines: list[str], tags: list[str], path: str) -> tuple[list[list[int]], list[list[int]]]:
+        ids = [seq[: d.max_len] or [UNK] for seq in encode_corpus(src_tok, lines)]
+        return ids, [[label_set.encode(t, path)] for t in tags]
+
+    data = TaskData(src_tok, label_set, *encode(texts, labels, where))
+    data.notes.append(f"train: {len(texts)} sentences, {len(label_set)} classes ({', '.join(label_set.labels)})")
+    if d.dev:
+        dev_texts, dev_labels, _, dev_where = read_classification(d.dev, d.src, d.tgt)
+        data.dev_src, data.dev_tgt = encode(_lower(dev_texts, cfg), dev_labels, dev_where)
+    return data

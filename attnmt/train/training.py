@@ -213,9 +213,14 @@ class Trainer:
     def validate(self) -> dict | None:
         if not self.data.dev_tgt:
             return None
-        result = perplexity(
-            self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast
-        )
+        if self.cfg.task == "classify":  # classify: loss/accuracy (ppl = exp(loss) picks BEST)
+            from attnmt.models.classifier import evaluate_classifier
+
+            result = evaluate_classifier(self.model, self.data.dev_src, self.data.dev_tgt, self.device)
+        else:
+            result = perplexity(
+                self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast
+            )
         best = result["ppl"] < self.best_ppl
         if best:
             self.best_ppl = result["ppl"]
@@ -252,16 +257,22 @@ class Trainer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, total_tokens = 0.0, 0
-        norm = sum(b.target_tokens if t.loss_norm == "tokens" else b.src.size(0) for b in batches)
+        classify = self.cfg.task == "classify"  # classify: one label per sentence, mean per sentence
+        norm = sum(b.target_tokens if t.loss_norm == "tokens" and not classify else b.src.size(0) for b in batches)
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
             with sync(), self.autocast():
                 logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
-                loss = token_loss(logits, batch.tgt_out, t.label_smoothing)
+                if classify:
+                    from attnmt.models.classifier import classification_loss
+
+                    loss = classification_loss(logits, batch, t.label_smoothing)
+                else:
+                    loss = token_loss(logits, batch.tgt_out, t.label_smoothing)
             self.scaler.scale(loss / norm).backward()
             total_loss += float(loss.detach())
-            total_tokens += batch.target_tokens
+            total_tokens += batch.src.size(0) if classify else batch.target_tokens
         self.scaler.unscale_(self.optimizer)
         if t.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)

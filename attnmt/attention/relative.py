@@ -1,0 +1,44 @@
+"""Relative position representations (Shaw et al. 2018), a baseline for window attention.
+
+For query position i and key position j, learned vectors a^K_ij = w^K_{clip(j−i, k)} and
+a^V_ij = w^V_{clip(j−i, k)} (clip(x, k) = max(−k, min(k, x)), shared by all heads) enter as
+
+    e_ij = q_i (k_j + a^K_ij)ᵀ / √d          z_i = Σ_j α_ij (v_j + a^V_ij)
+
+Only 2k+1 distinct vectors exist, so both terms are computed per *distance bucket* and gathered
+(scores) or scattered (values): O(T·S) memory, never a (T, S, d) tensor.
+Self-attention only: query and key positions must index the same sequence.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RelativePositions(nn.Module):
+    def __init__(self, clip: int, head_dim: int):
+        super().__init__()
+        self.clip = clip
+        self.key = nn.Embedding(2 * clip + 1, head_dim)  # w^K_{−k..k}
+        self.value = nn.Embedding(2 * clip + 1, head_dim)  # w^V_{−k..k}
+        nn.init.normal_(self.key.weight, std=head_dim**-0.5)
+        nn.init.normal_(self.value.weight, std=head_dim**-0.5)
+
+    def buckets(self, q_positions: torch.Tensor, n_keys: int) -> torch.Tensor:
+        """(T,) query positions -> (T, S) bucket index clip(j − i, k) + k."""
+        j = torch.arange(n_keys, device=q_positions.device)
+        return (j.unsqueeze(0) - q_positions.unsqueeze(1)).clamp(-self.clip, self.clip) + self.clip
+
+    def score_bias(self, q: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
+        """q a^K_ijᵀ (unscaled): q (B, H, T, d), buckets (T, S) -> (B, H, T, S)."""
+        per_bucket = q @ self.key.weight.t()  # (B, H, T, 2k+1)
+        index = buckets.unsqueeze(0).unsqueeze(0).expand(q.size(0), q.size(1), -1, -1)
+        return per_bucket.gather(-1, index)
+
+    def value_term(self, attn: torch.Tensor, buckets: torch.Tensor) -> torch.Tensor:
+        """Σ_j α_ij a^V_ij: attn (B, H, T, S) -> (B, H, T, d)."""
+        B, H, T, _ = attn.shape
+        index = buckets.unsqueeze(0).unsqueeze(0).expand(B, H, -1, -1)
+        mass = attn.new_zeros(B, H, T, 2 * self.clip + 1).scatter_add_(-1, index, attn)
+        return mass @ self.value.weight

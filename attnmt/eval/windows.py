@@ -1,0 +1,170 @@
+"""Window visualisation: each layer's soft masks M and attention weights for one input, as PNG
+figures, and the predicted window boundaries as JSON (``attnmt analyse windows``).
+
+For a translation run the sentence is translated first (greedy, or --target forces the output)
+and the decoder is run with teacher forcing on it; an LM run reads the sentence as its text; a
+classifier run encodes it. Per attention kind (encoder self, decoder self, cross) and layer, one
+PNG shows every head's soft mask (top row; blank where the layer has no window) and attention
+(bottom row). The JSON lists, per kind/layer/head and query, the hard window [min(l, r), max(l, r)]
+from the pointers' argmax, the expected boundaries E[l], E[r] and the mask values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot is imported: no display on servers
+import matplotlib.pyplot as plt
+import torch
+
+from attnmt.config import load_config
+from attnmt.data.vocab import BOS, load_tokenizer
+from attnmt.errors import UserError
+from attnmt.models import build_model
+from attnmt.train.checkpoint import find_checkpoint, load_weights
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best"):
+    """(model, cfg, src tokenizer|None, tgt tokenizer|LabelSet) of any Transformer run, on CPU."""
+    run_dir = Path(run_dir)
+    cfg = load_config(run_dir / "config.yaml")
+    if cfg.model.type != "transformer":
+        raise UserError("window analysis needs a run with model.type: transformer", str(run_dir))
+    if cfg.task == "classify":
+        from attnmt.data.labels import LabelSet
+
+        src_tok, tgt = load_tokenizer(run_dir, "src"), LabelSet.load(run_dir)
+    else:
+        src_tok = load_tokenizer(run_dir, "src") if cfg.task == "translate" else None
+        tgt = load_tokenizer(run_dir, "tgt")
+    model = build_model(cfg, len(src_tok) if src_tok else 0, len(tgt))
+    model.load_state_dict(load_weights(find_checkpoint(run_dir, checkpoint) / "model.safetensors"))
+    return model.eval(), cfg, src_tok, tgt
+
+
+@torch.no_grad()
+def collect(model, cfg, src_tok, tgt_tok, sentence: str, target: str | None = None) -> dict:
+    """Run the model on one sentence and gather per-layer internals.
+
+    Returns {"src": pieces, "tgt": pieces, "kinds": {kind: [per layer {attn, mask?, phi_l?, phi_r?}]}}
+    with every tensor (H, T, S) for the one sentence."""
+    text = sentence.lower() if cfg.data.lowercase else sentence
+    kinds: dict[str, list] = {}
+    if cfg.task == "lm":
+        ids = tgt_tok.encode(text)
+        tgt_in = torch.tensor([[BOS] + ids])
+        internals: list = []
+        model.hidden(tgt_in, internals=internals)
+        pieces = ["<s>"] + [tgt_tok.piece(i) for i in ids]
+        kinds["decoder self"] = [x["self"] for x in internals]
+        return {"src": pieces, "tgt": pieces, "kinds": kinds}
+    src_ids = src_tok.encode(text) or [1]
+    src = torch.tensor([src_ids])
+    lengths = torch.tensor([len(src_ids)])
+    src_pieces = [src_tok.piece(i) for i in src_ids]
+    enc_int: list = []
+    if cfg.task == "classify":
+        model.encode(src, lengths, internals=enc_int)
+        kinds["encoder self"] = [x["self"] for x in enc_int]
+        return {"src": src_pieces, "tgt": src_pieces, "kinds": kinds}
+    enc = model.encode(src, lengths, internals=enc_int)
+    if target is None:
+        from attnmt.decode.search import greedy_search
+
+        out_ids = greedy_search(model, src, lengths)[0][0].tokens
+    else:
+        out_ids = tgt_tok.encode(target.lower() if cfg.data.lowercase else target)
+    tgt_in = torch.tensor([[BOS] + out_ids])
+    dec_int: list = []
+    model.decode(tgt_in, enc, internals=dec_int)
+    tgt_pieces = ["<s>"] + [tgt_tok.piece(i) for i in out_ids]
+    kinds["encoder self"] = [x["self"] for x in enc_int]
+    kinds["decoder self"] = [x["self"] for x in dec_int]
+    kinds["cross"] = [x["cross"] for x in dec_int]
+    return {"src": src_pieces, "tgt": tgt_pieces, "kinds": kinds, "translation": tgt_tok.decode(out_ids)}
+
+
+def _axes_labels(kind: str, src: list[str], tgt: list[str]) -> tuple[list[str], list[str]]:
+    """(query labels, key labels) of an attention kind."""
+    if kind == "encoder self":
+        return src, src
+    if kind == "cross":
+        return tgt, src
+    return tgt, tgt
+
+
+def boundaries(layer: dict) -> list[dict] | None:
+    """Per head: hard windows [min(argmax l, argmax r), max(...)] and expected E[l], E[r]."""
+    if "phi_l" not in layer:
+        return None
+    phi_l, phi_r = layer["phi_l"][0], layer["phi_r"][0]  # (H, T, S)
+    pos = torch.arange(phi_l.size(-1), dtype=phi_l.dtype)
+    lft, rgt = phi_l.argmax(-1), phi_r.argmax(-1)
+    heads = []
+    for h in range(phi_l.size(0)):
+        heads.append({
+            "window": [[int(min(a, b)), int(max(a, b))] for a, b in zip(lft[h].tolist(), rgt[h].tolist())],
+            "expected_left": [round(float(x), 3) for x in (phi_l[h] * pos).sum(-1)],
+            "expected_right": [round(float(x), 3) for x in (phi_r[h] * pos).sum(-1)],
+            "mask": [[round(float(x), 3) for x in row] for row in layer["mask"][0, h]],
+        })
+    return heads
+
+
+def plot_layer(layer: dict, queries: list[str], keys: list[str], title: str, path: Path) -> None:
+    attn = layer["attn"][0]  # (H, T, S)
+    H = attn.size(0)
+    fig, axes = plt.subplots(2, H, figsize=(2.8 * H + 1, 6), squeeze=False)
+    for h in range(H):
+        for row, (name, data) in enumerate((("mask M", layer.get("mask")), ("attention", attn))):
+            ax = axes[row][h]
+            if data is None:
+                ax.axis("off")
+                ax.set_title(f"head {h}: no window", fontsize=8)
+                continue
+            data = data[0, h] if data.dim() == 4 else data[h]
+            top = 1.0 if row == 0 else max(float(data.max()), 1e-6)  # masks on [0, 1]; weights to max
+            ax.imshow(data.float().numpy(), cmap="Greys", vmin=0.0, vmax=top, aspect="auto")
+            ax.set_title(f"head {h}: {name}", fontsize=8)
+            small = max(len(keys), len(queries)) <= 40
+            ax.set_xticks(range(len(keys)))
+            ax.set_xticklabels(keys if small else [""] * len(keys), rotation=90, fontsize=6)
+            ax.set_yticks(range(len(queries)))
+            ax.set_yticklabels(queries if small and h == 0 else [""] * len(queries), fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def analyse_windows(run_dir: str, sentence: str, out_dir: str, checkpoint: str = "best",
+                    target: str | None = None) -> dict:
+    """Write one PNG per (kind, layer) and windows.json into out_dir; returns the JSON object."""
+    if not sentence.strip():
+        raise UserError("--input is empty")
+    model, cfg, src_tok, tgt_tok = load_run(run_dir, checkpoint)
+    data = collect(model, cfg, src_tok, tgt_tok, sentence, target)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"input": sentence, "src": data["src"], "tgt": data["tgt"], "layers": []}
+    if "translation" in data:
+        report["translation"] = data["translation"]
+    variants = {"encoder self": cfg.model.enc_self_attention, "decoder self": cfg.model.dec_self_attention,
+                "cross": cfg.model.cross_attention}
+    for kind, layers in data["kinds"].items():
+        queries, keys = _axes_labels(kind, data["src"], data["tgt"])
+        for i, layer in enumerate(layers):
+            name = f"{kind.replace(' ', '_')}_layer{i + 1}.png"
+            windowed = "mask" in layer
+            title = f"{kind} attention, layer {i + 1}: {variants[kind] if windowed else 'standard'}"
+            plot_layer(layer, queries, keys, title, out / name)
+            report["layers"].append({"kind": kind, "layer": i + 1, "png": name,
+                                     "variant": variants[kind] if windowed else "standard",
+                                     "queries": queries, "keys": keys, "heads": boundaries(layer)})
+    tmp = out / "windows.json.tmp"
+    tmp.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp.replace(out / "windows.json")
+    return report

@@ -1,0 +1,311 @@
+"""Transformer (Vaswani et al. 2017) encoder–decoder and decoder-only LM, with selectable attention.
+
+Layer (pre-norm, the default; ``model.norm: post`` gives the original post-norm):
+
+    pre:   x = x + Dropout(Sublayer(LN(x)))     ...  and a final LN after the stack
+    post:  x = LN(x + Dropout(Sublayer(x)))
+
+Sub-layers: self-attention, cross-attention (decoder of the encoder–decoder), and the position-wise
+feed-forward W_2 ReLU(W_1 x). Inputs: √d · embedding + positions (sinusoidal or learned).
+
+Each attention kind (encoder self, decoder self, cross) picks its variant from ModelConfig
+(``enc_self_attention``, ``dec_self_attention``, ``cross_attention``); ``attention_layers: N``
+applies the variants to the lowest N layers of each stack only (0 = every layer); the layers
+above use standard attention. See attnmt/attention/multihead.py for the variants.
+
+Both models implement the generation interface of seq2seq.py. Incremental decoding caches every
+layer's self-attention keys/values (and window pointer / local keys) in the state, so a step costs
+O(t) rather than re-running the prefix; cross-attention keys are computed once in ``encode``.
+``forward``'s weights are the last decoder layer's cross-attention averaged over heads (B, T, S).
+The LM's logits come from ``self.output`` (a plain nn.Linear, tied to the input embedding by
+default), the hook other heads (e.g. NgramRes) can reuse.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnmt.attention.multihead import VARIANTS, MultiHeadAttention, window_options
+from attnmt.config import ModelConfig
+from attnmt.data.vocab import PAD
+from attnmt.errors import UserError
+from attnmt.models.common import lengths_to_mask
+
+NORMS = ("pre", "post")
+POSITIONS = ("sinusoidal", "learned")
+
+
+def check_config(cfg: ModelConfig, kinds: tuple[str, ...]) -> None:
+    """User errors for Transformer settings; ``kinds`` are the attention kinds the model has."""
+    for kind in kinds:
+        value = getattr(cfg, kind)
+        if value not in VARIANTS:
+            raise UserError(f"model.{kind} must be one of {', '.join(VARIANTS)}, not {value!r}")
+    if "cross_attention" in kinds and cfg.cross_attention == "relative":
+        raise UserError("model.cross_attention: relative positions (Shaw et al.) exist for self-attention only")
+    if cfg.norm not in NORMS:
+        raise UserError(f"model.norm must be pre or post, not {cfg.norm!r}")
+    if cfg.positions not in POSITIONS:
+        raise UserError(f"model.positions must be sinusoidal or learned, not {cfg.positions!r}")
+    if cfg.window_mask not in ("exact", "union", "sum"):
+        raise UserError(f"model.window_mask must be exact, union or sum, not {cfg.window_mask!r}")
+    if cfg.heads < 1 or cfg.hidden % cfg.heads:
+        raise UserError(f"model.hidden ({cfg.hidden}) must be a multiple of model.heads ({cfg.heads})")
+    if cfg.window_segment < 1:
+        raise UserError("model.window_segment must be at least 1")
+    if cfg.relative_clip < 1:
+        raise UserError("model.relative_clip must be at least 1")
+
+
+def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
+    """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...): (n, d)."""
+    pos = torch.arange(n, dtype=torch.float32, device=device).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d))
+    pe = torch.zeros(n, d, device=device)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
+    return pe
+
+
+class Embedder(nn.Module):
+    """√d · E[y] + PE[position]; learned positions beyond the table reuse its last row."""
+
+    def __init__(self, vocab: int, cfg: ModelConfig, embedding: nn.Embedding | None = None):
+        super().__init__()
+        d = cfg.hidden
+        self.embed = embedding or nn.Embedding(vocab, d, padding_idx=PAD)
+        if embedding is None:
+            nn.init.normal_(self.embed.weight, std=d**-0.5)
+            with torch.no_grad():
+                self.embed.weight[PAD].zero_()
+        self.scale = math.sqrt(d)
+        self.learned = nn.Embedding(cfg.max_positions, d) if cfg.positions == "learned" else None
+        if self.learned is not None:
+            nn.init.normal_(self.learned.weight, std=d**-0.5)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """ids (B, T) at positions offset..offset+T-1 -> (B, T, D)"""
+        T = ids.size(1)
+        x = self.embed(ids) * self.scale
+        if self.learned is not None:
+            pos = (torch.arange(T, device=ids.device) + offset).clamp(max=self.learned.num_embeddings - 1)
+            x = x + self.learned(pos)
+        else:
+            x = x + sinusoidal(offset + T, x.size(-1), ids.device)[offset:].to(x.dtype)
+        return self.dropout(x)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int, ff: int, dropout: float):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(d, ff), nn.Linear(ff, d)
+        self.dropout = dropout
+        for lin in (self.w1, self.w2):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.dropout(F.relu(self.w1(x)), self.dropout, self.training))
+
+
+def _attention(cfg: ModelConfig, variant: str) -> MultiHeadAttention:
+    window = window_options(variant, cfg.window_segment, cfg.window_mask, cfg.window_renorm,
+                            cfg.window_temperature)
+    return MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant, window, cfg.relative_clip)
+
+
+class Layer(nn.Module):
+    """One encoder layer (self-attention, FF) or decoder layer (causal self, cross, FF)."""
+
+    def __init__(self, cfg: ModelConfig, self_variant: str, cross_variant: str | None = None):
+        super().__init__()
+        d = cfg.hidden
+        self.pre = cfg.norm == "pre"
+        self.self_attn = _attention(cfg, self_variant)
+        self.self_norm = nn.LayerNorm(d)
+        self.cross_attn = _attention(cfg, cross_variant) if cross_variant else None
+        self.cross_norm = nn.LayerNorm(d) if cross_variant else None
+        self.ff = FeedForward(d, cfg.ff, cfg.dropout)
+        self.ff_norm = nn.LayerNorm(d)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def _sub(self, x: torch.Tensor, norm: nn.LayerNorm, fn) -> tuple[torch.Tensor, object]:
+        out, extra = fn(norm(x) if self.pre else x)
+        x = x + self.dropout(out)
+        return (x if self.pre else norm(x)), extra
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool = False,
+        cache: dict | None = None,
+        offset: int = 0,
+        memory: dict | None = None,
+        memory_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        internals: dict | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, dict]:
+        """x (B, T, D); mask (B, T) key mask for self-attention (None: all real); cache: this
+        layer's self-attention keys of earlier positions (incremental decoding); memory: the
+        cross-attention keys of the encoder output. Returns x, cross weights (B, H, T, S) and the
+        updated self-attention keys."""
+        keys_out: dict = {}
+        self_int = {} if internals is not None else None
+
+        def self_attention(h):
+            keys = self.self_attn.project_keys(h)
+            if cache:
+                keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
+            keys_out.update(keys)
+            return self.self_attn(h, keys, mask, causal, offset, False, self_int)
+
+        x, _ = self._sub(x, self.self_norm, self_attention)
+        weights = None
+        if self.cross_attn is not None:
+            cross_int = {} if internals is not None else None
+
+            def cross_attention(h):
+                return self.cross_attn(h, memory, memory_mask, False, 0, need_weights, cross_int)
+
+            x, weights = self._sub(x, self.cross_norm, cross_attention)
+            if internals is not None:
+                internals["cross"] = cross_int
+        x, _ = self._sub(x, self.ff_norm, lambda h: (self.ff(h), None))
+        if internals is not None:
+            internals["self"] = self_int
+        return x, weights, keys_out
+
+
+class Stack(nn.Module):
+    """N layers; the lowest ``attention_layers`` (0 = all) use the configured variants."""
+
+    def __init__(self, cfg: ModelConfig, self_kind: str, cross: bool):
+        super().__init__()
+        n_var = cfg.attention_layers or cfg.layers
+        self.layers = nn.ModuleList(
+            Layer(
+                cfg,
+                getattr(cfg, self_kind) if i < n_var else "standard",
+                (cfg.cross_attention if i < n_var else "standard") if cross else None,
+            )
+            for i in range(cfg.layers)
+        )
+        self.final_norm = nn.LayerNorm(cfg.hidden) if cfg.norm == "pre" else nn.Identity()
+
+    def forward(self, x, mask=None, causal=False, caches=None, offset=0, memory=None,
+                memory_mask=None, need_weights=False, internals=None):
+        """Returns output (B, T, D), the last layer's cross weights averaged over heads (B, T, S)
+        or None, and every layer's self-attention keys (the next decoding state)."""
+        new_caches, weights = [], None
+        for i, layer in enumerate(self.layers):
+            last = i == len(self.layers) - 1
+            layer_int = {} if internals is not None else None
+            x, w, keys = layer(
+                x, mask, causal, caches[i] if caches else None, offset,
+                memory[i] if memory is not None else None, memory_mask, need_weights and last, layer_int,
+            )
+            new_caches.append(keys)
+            if internals is not None:
+                internals.append(layer_int)
+            if w is not None:
+                weights = w.mean(dim=1)
+        return self.final_norm(x), weights, new_caches
+
+
+def set_variants(model: nn.Module, enabled: bool) -> None:
+    """Switch every non-standard attention of ``model`` on or off (off = plain Transformer)."""
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention) and m.variant != "standard":
+            m.use_variant = enabled
+
+
+class Transformer(nn.Module):
+    """Encoder–decoder Transformer for translation."""
+
+    has_attention = True
+
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
+        super().__init__()
+        check_config(cfg, ("enc_self_attention", "dec_self_attention", "cross_attention"))
+        if cfg.share_embeddings and src_vocab != tgt_vocab:
+            raise UserError(f"model.share_embeddings needs equal vocabularies, got {src_vocab} and {tgt_vocab}")
+        self.cfg = cfg
+        self.src_embed = Embedder(src_vocab, cfg)
+        shared = self.src_embed.embed if cfg.share_embeddings else None
+        self.tgt_embed = Embedder(tgt_vocab, cfg, shared)
+        self.encoder = Stack(cfg, "enc_self_attention", cross=False)
+        self.decoder = Stack(cfg, "dec_self_attention", cross=True)
+        self.output = nn.Linear(cfg.hidden, tgt_vocab, bias=False)
+        if cfg.tie_output:
+            self.output.weight = self.tgt_embed.embed.weight
+        else:
+            nn.init.normal_(self.output.weight, std=cfg.hidden**-0.5)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, internals: list | None = None) -> dict:
+        mask = lengths_to_mask(src_lengths, src.size(1))  # (B, S)
+        out, _, _ = self.encoder(self.src_embed(src), mask, internals=internals)
+        cross = [layer.cross_attn.project_keys(out) for layer in self.decoder.layers]
+        return {"out": out, "mask": mask, "cross": cross}
+
+    def init_state(self, enc: dict) -> dict:
+        return {"layers": []}  # filled by the first step; every tensor is (B, H, t, ·)
+
+    def decode(self, tgt_in, enc, caches=None, offset=0, need_weights=False, internals=None):
+        x = self.tgt_embed(tgt_in, offset)
+        h, weights, caches = self.decoder(
+            x, None, True, caches, offset, enc["cross"], enc["mask"], need_weights, internals
+        )
+        return self.output(h), weights, caches
+
+    def forward(self, src, src_lengths, tgt_in, need_weights: bool = False):
+        logits, weights, _ = self.decode(tgt_in, self.encode(src, src_lengths), need_weights=need_weights)
+        return logits, weights
+
+    def step(self, prefix, state, enc, need_weights: bool = False):
+        t = prefix.size(1) - 1  # position of the token fed now
+        logits, weights, caches = self.decode(prefix[:, -1:], enc, state["layers"], t, need_weights)
+        return logits[:, 0], {"layers": caches}, (weights[:, 0] if weights is not None else None)
+
+
+class TransformerLM(nn.Module):
+    """Decoder-only (GPT-style) Transformer LM: models tgt_in -> tgt_out, ignores src."""
+
+    has_attention = False
+
+    def __init__(self, cfg: ModelConfig, vocab: int):
+        super().__init__()
+        check_config(cfg, ("dec_self_attention",))
+        self.cfg = cfg
+        self.embed = Embedder(vocab, cfg)
+        self.decoder = Stack(cfg, "dec_self_attention", cross=False)
+        self.output = nn.Linear(cfg.hidden, vocab, bias=False)  # logits = output(hidden states)
+        if cfg.tie_output:
+            self.output.weight = self.embed.embed.weight
+        else:
+            nn.init.normal_(self.output.weight, std=cfg.hidden**-0.5)
+
+    def hidden(self, tgt_in, caches=None, offset=0, internals=None):
+        """Final hidden states (B, T, D) and the new caches; logits are self.output(hidden)."""
+        h, _, caches = self.decoder(self.embed(tgt_in, offset), None, True, caches, offset, internals=internals)
+        return h, caches
+
+    def forward(self, src, src_lengths, tgt_in, need_weights: bool = False):
+        h, _ = self.hidden(tgt_in)
+        return self.output(h), None
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict:
+        return {"lengths": src_lengths}  # nothing to encode; keeps the batch size for the search
+
+    def init_state(self, enc: dict) -> dict:
+        return {"layers": []}
+
+    def step(self, prefix, state, enc, need_weights: bool = False):
+        t = prefix.size(1) - 1
+        h, caches = self.hidden(prefix[:, -1:], state["layers"], t)
+        return self.output(h)[:, 0], {"layers": caches}, None

@@ -1,0 +1,135 @@
+"""Step time and memory of each attention variant relative to standard attention, in one run.
+
+    python benchmarks/window_attention.py [--layers 3 --hidden 256 --heads 4 --ff 1024]
+        [--batch 32 --len 40 --vocab 8000 --repeats 5 --placement reference|all] [--device cpu]
+
+One training step = forward + backward of the Transformer on a random (B, len) batch. Variants run
+interleaved (round robin, ``repeats`` rounds) so that load from other processes hits all of them
+alike; the time per variant is its fastest round (the least disturbed). Memory is the bytes of
+tensors autograd saves for backward (the activation memory of a step, measured with
+saved_tensors_hooks: exact and independent of machine load), plus CUDA peak memory on a GPU.
+
+placement "reference": the paper's best setting — the variant in encoder self-attention and
+cross-attention of the lower 3 layers, standard decoder self-attention (relative: encoder only).
+placement "all": the variant in every attention of every layer (worst case).
+
+Prints one JSON line and a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from attnmt.config import Config
+from attnmt.models import build_model
+
+VARIANTS = ["standard", "relative", "localness", "window-mul", "window-add", "window-mul-seg", "window-add-seg"]
+
+
+def make_model(args, variant: str, device):
+    cfg = Config()
+    m = cfg.model
+    m.type, m.layers, m.hidden, m.heads, m.ff, m.dropout = "transformer", args.layers, args.hidden, args.heads, args.ff, 0.1
+    m.attention_layers = min(3, args.layers) if args.placement == "reference" else 0
+    m.enc_self_attention = variant
+    m.cross_attention = "standard" if variant == "relative" else variant
+    m.dec_self_attention = variant if args.placement == "all" else "standard"
+    torch.manual_seed(0)
+    return build_model(cfg, args.vocab, args.vocab).to(device)
+
+
+def step(model, opt, batch) -> None:
+    src, lengths, tgt_in, tgt_out = batch
+    logits, _ = model(src, lengths, tgt_in)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def saved_bytes(model, batch) -> int:
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    src, lengths, tgt_in, tgt_out = batch
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits, _ = model(src, lengths, tgt_in)
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1))
+    return total
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ff", type=int, default=1024)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--len", type=int, default=40)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--placement", choices=["reference", "all"], default="reference")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    variants = args.variants.split(",")
+    g = torch.Generator().manual_seed(0)
+    B, n = args.batch, args.len
+    batch = tuple(
+        t.to(device)
+        for t in (
+            torch.randint(4, args.vocab, (B, n), generator=g),
+            torch.full((B,), n, dtype=torch.long),
+            torch.randint(4, args.vocab, (B, n), generator=g),
+            torch.randint(4, args.vocab, (B, n), generator=g),
+        )
+    )
+    models = {v: make_model(args, v, device) for v in variants}
+    opts = {v: torch.optim.Adam(m.parameters(), lr=1e-4) for v, m in models.items()}
+    result: dict = {"benchmark": "window_attention", "placement": args.placement, "device": str(device),
+                    "shape": {"batch": B, "len": n, "layers": args.layers, "hidden": args.hidden,
+                              "heads": args.heads, "ff": args.ff, "vocab": args.vocab},
+                    "threads": args.threads, "variants": {}}
+    for v in variants:  # warm-up and memory
+        step(models[v], opts[v], batch)
+        result["variants"][v] = {"params": sum(x.numel() for x in models[v].parameters()),
+                                 "saved_mb": round(saved_bytes(models[v], batch) / 2**20, 2)}
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for _ in range(args.repeats):
+        for v in variants:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            step(models[v], opts[v], batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                result["variants"][v]["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            times[v].append(time.perf_counter() - start)
+    base = result["variants"]["standard"] if "standard" in variants else None
+    for v in variants:
+        r = result["variants"][v]
+        r["step_s"] = round(min(times[v]), 4)
+        r["step_s_median"] = round(sorted(times[v])[len(times[v]) // 2], 4)
+        if base:
+            r["time_ratio"] = round(r["step_s"] / base["step_s"], 3)
+            r["memory_ratio"] = round(r["saved_mb"] / base["saved_mb"], 3)
+    print(json.dumps(result))
+    print("summary: " + ", ".join(
+        f"{v} {r.get('time_ratio', 0):.2f}x time {r.get('memory_ratio', 0):.2f}x mem"
+        for v, r in result["variants"].items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Experiment queue for docs/results/window_attention.md: runs one training at a time.
+
+    python experiments/window_attention.py nmt [--steps 800] [--only NAME ...]
+    python experiments/window_attention.py lm [--steps N]
+    python experiments/window_attention.py classify-data      # builds the two classification sets
+    python experiments/window_attention.py classify [--steps N]
+
+Every run goes to /work/exp/window_attention/<group>/<name>/ and is skipped when its result.json
+exists, so the queue can be stopped and restarted. Each run trains with ``attnmt train`` with one
+thread and a fixed step budget; NMT runs then translate the test set (beam 4) and score BLEU;
+classification runs report accuracy (agreement: by number of attractors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+EXP = Path("/work/exp/window_attention")
+BIBLE = "/work/exp/bible_shared"
+DOMAINS = Path("/work/shared/data/domains")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+NMT = [  # (name, config, extra --set overrides), in priority order
+    ("transformer", "configs/transformer.yaml", []),
+    ("window-add-seg", "configs/window-add-seg.yaml", []),
+    ("relative", "configs/transformer-relative.yaml", []),
+    ("localness", "configs/transformer-localness.yaml", []),
+    ("window-mul-seg", "configs/window-mul-seg.yaml", []),
+    ("window-add", "configs/window-add.yaml", []),
+    ("window-mul", "configs/window-mul.yaml", []),
+    ("window-add-seg-all", "configs/window-add-seg.yaml", ["model.attention_layers=0"]),
+]
+LM_VARIANTS = ["standard", "relative", "localness", "window-add-seg", "window-mul-seg", "window-add"]
+CLS_VARIANTS = ["standard", "relative", "localness", "window-add-seg", "window-mul-seg", "window-add", "window-mul"]
+
+
+def sh(cmd: list[str], log: Path | None = None) -> float:
+    start = time.time()
+    print("+", " ".join(cmd), flush=True)
+    with open(log, "a") if log else open(os.devnull, "w") as f:
+        subprocess.run(cmd, check=True, env=ENV, stdout=f if log else None, stderr=subprocess.STDOUT if log else None)
+    return time.time() - start
+
+
+def _log(run: Path) -> list[dict]:
+    path = run / "log.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def train(run: Path, config: str, steps: int, overrides: list[str]) -> dict:
+    """Train (or resume an interrupted run) up to ``steps`` updates; summary of its log."""
+    done = any(r.get("event") == "end" and r["step"] >= steps for r in _log(run))
+    if not done:
+        resume = (run / "checkpoints" / "LAST").exists()
+        cmd = [sys.executable, "-m", "attnmt", "train"] + ([] if resume else [config])
+        cmd += ["--out", str(run), "--max-steps", str(steps)] + (["--resume"] if resume else [])
+        for o in [] if resume else ["train.threads=1", *overrides]:
+            cmd += ["--set", o]
+        run.mkdir(parents=True, exist_ok=True)
+        sh(cmd, run / "train.out")
+    log = _log(run)
+    valid = [r for r in log if r.get("event") == "valid"]
+    end = [r for r in log if r.get("event") == "end"][-1]
+    start = [r for r in log if r.get("event") == "start"][-1]
+    return {"params": start["params"], "steps": end["step"], "train_s": end["elapsed"],
+            "dev_ppl": round(min(r["ppl"] for r in valid), 3) if valid else None,
+            "dev_accuracy": max((r.get("accuracy", 0) for r in valid), default=None),
+            "s_per_step": round(end["elapsed"] / max(end["step"], 1), 3)}
+
+
+def nmt(args) -> None:
+    for name, config, overrides in NMT:
+        if args.only and name not in args.only:
+            continue
+        run = EXP / "nmt" / name
+        if (run / "result.json").exists():
+            continue
+        result = {"name": name, "config": config, "overrides": overrides, **train(run, config, args.steps, overrides)}
+        hyp = run / "test.hyp"
+        cmd = [sys.executable, "-m", "attnmt", "translate", "--model", str(run), "--input", f"{BIBLE}/test.en",
+               "--output", str(hyp), "--beam", "4", "--batch-size", "64", "--device", "cpu"]
+        result["translate_s"] = round(sh(cmd), 1)
+        out = subprocess.run([sys.executable, "-m", "attnmt", "score", "--hyp", str(hyp), "--ref",
+                              f"{BIBLE}/test.es", "--lang", "es", "--json"], check=True, env=ENV,
+                             capture_output=True, text=True).stdout
+        result.update(json.loads(out))
+        (run / "result.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result), flush=True)
+
+
+def lm(args) -> None:
+    for variant in LM_VARIANTS:
+        if args.only and variant not in args.only:
+            continue
+        run = EXP / "lm" / variant
+        if (run / "result.json").exists():
+            continue
+        overrides = ["task=lm", f"data.train={BIBLE}/train.en", f"data.dev={BIBLE}/dev.en",
+                     "data.tokenizer=bpe", "data.tgt_vocab_size=4000", "data.max_len=60",
+                     f"model.dec_self_attention={variant}", "model.attention_layers=2"]
+        result = {"name": variant, **train(run, "configs/transformer.yaml", args.steps, overrides)}
+        out = subprocess.run([sys.executable, "-m", "attnmt", "score", "--model", str(run), "--ref",
+                              f"{BIBLE}/test.en", "--json"], check=True, env=ENV, capture_output=True, text=True).stdout
+        result["test"] = json.loads(out)
+        (run / "result.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result), flush=True)
+
+
+def classify_data(args) -> None:
+    """agreement: attnmt's generator; domains: 5 English domains, sentences of 5-50 words."""
+    from attnmt.data.agreement import write_agreement
+
+    print(write_agreement(EXP / "data" / "agreement", n_train=20000, n_test_per_bucket=400, seed=1))
+    rng = random.Random(1)
+    sources = {"bible": Path(f"{BIBLE}/train.en"), "man": DOMAINS / "man_en.txt", "pydoc": DOMAINS / "pydoc_en.txt",
+               "licenses": DOMAINS / "licenses_en.txt", "commentary": DOMAINS / "commentary_en.txt"}
+    splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
+    for label, path in sources.items():
+        lines = sorted({x.strip() for x in path.read_text(encoding="utf-8").splitlines()
+                        if 5 <= len(x.split()) <= 50 and "\t" not in x})
+        rng.shuffle(lines)
+        take = {"train": lines[:4000], "dev": lines[4000:4500], "test": lines[4500:5000]}
+        for split, chosen in take.items():
+            splits[split] += [f"{x}\t{label}" for x in chosen]
+    out = EXP / "data" / "domains"
+    out.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        rng.shuffle(rows)
+        (out / f"{split}.tsv").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+        print(split, len(rows))
+
+
+def classify(args) -> None:
+    for task in ("agreement", "domains"):
+        data = EXP / "data" / task
+        for variant in CLS_VARIANTS:
+            if args.only and variant not in args.only:
+                continue
+            run = EXP / "classify" / task / variant
+            if (run / "result.json").exists():
+                continue
+            overrides = ["task=classify", f"data.train={data}/train.tsv", f"data.dev={data}/dev.tsv",
+                         "data.tokenizer=word" if task == "agreement" else "data.tokenizer=bpe",
+                         "data.src_vocab_size=4000", "data.max_len=60", "train.batch_size=64",
+                         "train.batch_by=sents", "train.label_smoothing=0.0", "train.valid_every=100",
+                         f"model.enc_self_attention={variant}", "model.attention_layers=2"]
+            result = {"task": task, "name": variant, **train(run, "configs/transformer.yaml", args.steps, overrides)}
+            out = subprocess.run([sys.executable, "-m", "attnmt", "analyse", "classify", "--model", str(run),
+                                  "--input", f"{data}/test.tsv", "--json"], check=True, env=ENV,
+                                 capture_output=True, text=True).stdout
+            result["test"] = json.loads(out)
+            (run / "result.json").write_text(json.dumps(result, indent=1))
+            print(json.dumps(result), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify"])
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--only", nargs="*")
+    args = p.parse_args()
+    {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""Differentiable window attention: soft masks, pointers, combiners, baselines, Transformer use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attnmt.attention.localness import GaussianLocalness
+from attnmt.attention.multihead import MultiHeadAttention, window_options
+from attnmt.attention.relative import RelativePositions
+from attnmt.attention.window import BoundaryPointers, soft_window_mask
+from attnmt.config import Config
+from attnmt.models import build_model
+from attnmt.models.transformer import set_variants
+
+WINDOWS = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
+
+
+def _random_pointers(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(*shape, generator=g) * 3, -1), torch.softmax(torch.randn(*shape, generator=g) * 3, -1)
+
+
+def _one_hot(n, i):
+    return torch.nn.functional.one_hot(torch.tensor(i), n).float()
+
+
+def _dense_reference(phi_l, phi_r, segment, mask):
+    """The issue's matrix form: U (U[i, j] = 1 for i <= j) or U_seg[i, :] = U[b⌊i/b⌋, :]."""
+    n = phi_l.size(-1)
+    U = torch.triu(torch.ones(n, n))
+    if segment > 1:
+        U = U[(torch.arange(n) // segment) * segment]
+    f, g = phi_l @ U, phi_r @ U.t()
+    f_b, g_b = phi_l @ U.t(), phi_r @ U
+    fw, bw = f * g, f_b * g_b
+    if mask == "sum":
+        return fw + bw
+    if mask == "union":
+        return fw + bw - fw * bw
+    return fw + bw - (f + f_b - 1) * (g + g_b - 1)
+
+
+@pytest.mark.parametrize("mask", ["exact", "union", "sum"])
+@pytest.mark.parametrize("segment", [0, 2, 3])
+def test_cumsum_masks_match_the_matrix_definition(mask, segment):
+    phi_l, phi_r = _random_pointers(2, 5, 11)
+    got = soft_window_mask(phi_l, phi_r, segment, mask)
+    want = _dense_reference(phi_l, phi_r, segment, mask)
+    if mask != "sum":
+        want = want.clamp(0, 1)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mask", ["exact", "union"])
+@pytest.mark.parametrize("segment", [0, 2, 4])
+def test_masks_lie_in_unit_interval(mask, segment):
+    for seed in range(5):
+        phi_l, phi_r = _random_pointers(3, 7, 13, seed=seed)
+        m = soft_window_mask(phi_l, phi_r, segment, mask)
+        assert m.min() >= 0 and m.max() <= 1
+
+
+@pytest.mark.parametrize("mask", ["exact", "union"])
+def test_one_hot_pointers_give_the_hard_window_in_both_orders(mask):
+    n = 9
+    for left in range(n):
+        for right in range(n):
+            m = soft_window_mask(_one_hot(n, left), _one_hot(n, right), 0, mask)
+            lo, hi = min(left, right), max(left, right)
+            want = torch.tensor([1.0 if lo <= j <= hi else 0.0 for j in range(n)])
+            assert torch.equal(m, want), (left, right, m)
+
+
+def test_paper_sum_double_counts_only_where_both_pointers_meet():
+    n = 6
+    m = soft_window_mask(_one_hot(n, 3), _one_hot(n, 3), 0, "sum")
+    assert m.tolist() == [0, 0, 0, 2, 0, 0]
+    m = soft_window_mask(_one_hot(n, 1), _one_hot(n, 4), 0, "sum")
+    assert m.tolist() == [0, 1, 1, 1, 1, 0]
+
+
+def test_segment_masks_with_one_hot_pointers_cover_whole_segments():
+    n, b = 10, 3  # segments [0..2] [3..5] [6..8] [9]
+    m = soft_window_mask(_one_hot(n, 4), _one_hot(n, 7), b, "exact")
+    assert m.tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1, 0]
+    m = soft_window_mask(_one_hot(n, 9), _one_hot(n, 1), b, "exact")  # l > r: backward term
+    assert m.tolist() == [1] * 10
+
+
+@pytest.mark.parametrize("b", [2, 3, 4])
+def test_segment_masks_are_constant_inside_a_segment(b):
+    phi_l, phi_r = _random_pointers(4, 6, 11, seed=3)
+    for mask in ("exact", "union", "sum"):
+        m = soft_window_mask(phi_l, phi_r, b, mask)
+        for start in range(0, 11, b):
+            seg = m[..., start : start + b]
+            assert torch.allclose(seg, seg[..., :1].expand_as(seg), atol=1e-6)
+
+
+def test_pointers_exclude_padding_and_future():
+    torch.manual_seed(0)
+    ptr = BoundaryPointers(heads=2, head_dim=4)
+    q, k = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+    key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    allowed = key_mask[:, None, None, :] & causal[None, None]
+    phi = ptr(q, ptr.keys(k), allowed)  # (2, B, H, T, S)
+    assert torch.all(phi[:, ~allowed.expand(2, 2, 5, 5)] == 0)
+    torch.testing.assert_close(phi.sum(-1), torch.ones(2, 2, 2, 5))
+
+
+def _attention(variant, d=16, heads=4, segment=2):
+    return MultiHeadAttention(d, heads, 0.0, variant, window_options(variant, segment, "exact", False, 0.0))
+
+
+@pytest.mark.parametrize("variant", WINDOWS)
+def test_gradients_reach_the_pointer_projections(variant):
+    torch.manual_seed(0)
+    att = _attention(variant)
+    x = torch.randn(2, 7, 16)
+    out, _ = att(x, att.project_keys(x), torch.ones(2, 7, dtype=torch.bool))
+    out.pow(2).sum().backward()
+    for p in (att.pointers.w_query, att.pointers.w_key):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+    if variant.startswith("window-add"):
+        assert att.local_q.weight.grad.abs().sum() > 0
+
+
+def test_multiplicative_window_with_a_full_span_is_standard_attention_bit_for_bit(monkeypatch):
+    torch.manual_seed(0)
+    att = _attention("window-mul")
+    x = torch.randn(2, 6, 16)
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    keys = att.project_keys(x)
+    att.use_variant = False
+    _, plain = att(x, keys, mask, need_weights=True)
+    att.use_variant = True
+
+    def full_span(q, pointer_keys, allowed):  # l = first key, r = last real key
+        B, H, T, _ = q.shape
+        n = allowed.size(-1)
+        last = mask.sum(-1) - 1
+        phi_l = torch.zeros(B, H, T, n)
+        phi_l[..., 0] = 1
+        phi_r = torch.nn.functional.one_hot(last, n).float()[:, None, None, :].expand(B, H, T, n)
+        return torch.stack([phi_l, phi_r])
+
+    monkeypatch.setattr(att.pointers, "forward", full_span)
+    _, windowed = att(x, keys, mask, need_weights=True)
+    assert torch.equal(windowed, plain)
+
+
+@pytest.mark.parametrize("variant", WINDOWS + ("relative", "localness"))
+def test_disabled_variant_is_the_plain_transformer_bit_for_bit(variant):
+    cfg = _tiny_cfg()
+    torch.manual_seed(0)
+    plain = build_model(cfg, 30, 31).eval()
+    cfg.model.enc_self_attention = cfg.model.dec_self_attention = variant
+    cfg.model.cross_attention = "standard" if variant == "relative" else variant
+    model = build_model(cfg, 30, 31).eval()
+    missing, unexpected = model.load_state_dict(plain.state_dict(), strict=False)
+    assert not unexpected and missing  # only the variant's own parameters are new
+    src, lengths, tgt = _batch()
+    with torch.no_grad():
+        want, want_w = plain(src, lengths, tgt, need_weights=True)
+        got_on, _ = model(src, lengths, tgt, need_weights=True)
+        set_variants(model, False)
+        got, got_w = model(src, lengths, tgt, need_weights=True)
+    assert torch.equal(got, want) and torch.equal(got_w, want_w)
+    assert not torch.allclose(got_on, want)  # and the variant does change the model when on
+
+
+def _tiny_cfg(task="translate"):
+    cfg = Config()
+    cfg.task = task
+    m = cfg.model
+    m.type, m.layers, m.hidden, m.heads, m.ff, m.dropout = "transformer", 2, 16, 4, 32, 0.0
+    m.window_segment = 2
+    return cfg
+
+
+def _batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 30, (3, 8), generator=g)
+    lengths = torch.tensor([8, 5, 2])
+    src[1, 5:] = 0
+    src[2, 2:] = 0
+    tgt = torch.randint(4, 31, (3, 7), generator=g)
+    tgt[:, 0] = 2
+    return src, lengths, tgt
+
+
+@pytest.mark.parametrize("variant", WINDOWS + ("relative", "localness"))
+@pytest.mark.parametrize("task", ["translate", "lm"])
+def test_decoder_self_attention_never_sees_the_future(variant, task):
+    cfg = _tiny_cfg(task)
+    cfg.model.dec_self_attention = variant
+    cfg.model.cross_attention = variant if variant != "relative" else "standard"
+    torch.manual_seed(1)
+    model = build_model(cfg, 30, 31).eval()
+    src, lengths, tgt = _batch()
+    if task == "lm":
+        src, lengths = src[:, :0], torch.zeros(3, dtype=torch.long)
+    changed = tgt.clone()
+    changed[:, 4:] = torch.randint(4, 31, (3, 3))
+    with torch.no_grad():
+        a, _ = model(src, lengths, tgt)
+        b, _ = model(src, lengths, changed)
+    assert torch.equal(a[:, :4], b[:, :4])
+    assert not torch.allclose(a[:, 4:], b[:, 4:])
+
+
+def test_relative_positions_match_the_pairwise_definition():
+    torch.manual_seed(0)
+    att = MultiHeadAttention(8, 2, 0.0, "relative", relative_clip=2)
+    x = torch.randn(1, 5, 8)
+    out, w = att(x, att.project_keys(x), need_weights=True)
+    q, k, v = att._split(att.q(x)), att._split(att.k(x)), att._split(att.v(x))
+    rel: RelativePositions = att.relative
+    ref_out = torch.zeros(1, 2, 5, 4)
+    for i in range(5):
+        a_k = torch.stack([rel.key.weight[max(-2, min(2, j - i)) + 2] for j in range(5)])  # (S, d)
+        a_v = torch.stack([rel.value.weight[max(-2, min(2, j - i)) + 2] for j in range(5)])
+        e = ((q[0, :, i : i + 1] * (k[0] + a_k)).sum(-1)) * att.scale  # (H, S)
+        alpha = torch.softmax(e, -1)
+        torch.testing.assert_close(w[0, :, i], alpha)
+        ref_out[0, :, i] = (alpha.unsqueeze(1) @ v[0]).squeeze(1) + alpha @ a_v
+    torch.testing.assert_close(out, att.o(att._merge(ref_out)))
+
+
+def test_localness_adds_the_gaussian_bias():
+    torch.manual_seed(0)
+    loc = GaussianLocalness(heads=2, head_dim=4)
+    q = torch.randn(1, 2, 3, 4)
+    visible = torch.full((1, 1, 3, 1), 6.0)
+    centre, sigma = loc.centre_and_sigma(q, visible)
+    bias = loc.bias(q, visible, 6)
+    assert torch.all((centre >= 0) & (centre <= 5)) and torch.all(sigma >= 0.5)
+    j = torch.arange(6.0)
+    torch.testing.assert_close(bias, -((j - centre) ** 2) / (2 * sigma**2))
+    assert torch.all(bias <= 0)
+    # the bias peaks at the key nearest the predicted centre
+    assert torch.equal(bias.argmax(-1), (j - centre).abs().argmin(-1))
+
+
+class _LargestTensor(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("variant", WINDOWS)
+def test_no_cubic_tensors(variant):
+    att = _attention(variant, d=8, heads=2, segment=3)
+    n = 40
+    x = torch.randn(1, n, 8)
+    with _LargestTensor() as probe:
+        att(x, att.project_keys(x), need_weights=True)
+    assert probe.largest <= 2 * 2 * n * n  # the two pointer distributions, never n³
