@@ -5,7 +5,8 @@ which lets ensembles and n-gram-combined models plug in unchanged.
 
 Beam search keeps K hypotheses per sentence in one (B·K)-row batch. Each step takes the 2K best
 extensions; those ending in </s> become finished hypotheses, the best K others continue. A sentence
-is done when it has K finished hypotheses or reaches its length limit ``ratio·|x| + extra``.
+is done when it has K finished hypotheses or reaches its length limit ``ratio·|x| + extra``; it then
+leaves the batch.
 Finished hypotheses are ranked by log p(y|x) / |y|^α (α = length_penalty; 0 disables it).
 """
 
@@ -29,7 +30,7 @@ class Hypothesis:
 
 
 def _max_lengths(src_lengths: torch.Tensor, ratio: float, extra: int, cap: int) -> list[int]:
-    return [min(cap, int(math.ceil(ratio * int(n))) + extra) for n in src_lengths.tolist()]
+    return [min(cap, math.ceil(ratio * int(n)) + extra) for n in src_lengths.tolist()]
 
 
 def _normalise(logprob: float, length: int, alpha: float) -> float:
@@ -99,67 +100,85 @@ def beam_search(
     max_len_cap: int = 512,
     need_weights: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Returns, per sentence, the ``nbest`` best hypotheses, best first."""
+    """Returns, per sentence, the ``nbest`` best hypotheses, best first.
+
+    The step bookkeeping is tensor ops over all live sentences at once; Python only builds the
+    finished hypotheses. A sentence that is done leaves the batch (its K rows are dropped from
+    the state, the encoder output and the prefixes), so later steps cost only what is still live.
+    """
     B, K, device = src.size(0), beam_size, src.device
     limits = _max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap)
     enc = model.encode(src, src_lengths)
-    rows = torch.arange(B, device=device).repeat_interleave(K)  # (B·K,) sentence of each row
-    enc = select_batch(enc, rows)
+    enc = select_batch(enc, torch.arange(B, device=device).repeat_interleave(K))
     state = model.init_state(enc)
     prefix = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
     # only the first of the K identical start hypotheses may expand
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    history: torch.Tensor | None = None  # (B·K, t, S) attention of each live hypothesis
+    history: torch.Tensor | None = None  # (n·K, t, S) attention of each live hypothesis
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    active = [True] * B
+    alive = list(range(B))  # the sentence of each of the n live batch entries
+    limit = torch.tensor(limits, device=device)  # (n,) length limit of each live sentence
+    n_finished = torch.zeros(B, dtype=torch.long, device=device)  # (n,)
+    slot = torch.arange(2 * K, device=device)  # candidate rank j within its sentence
     for t in range(max(limits)):
+        n = len(alive)
         logits, state, weights = model.step(prefix, state, enc, need_weights)
-        logp = _block_specials(torch.log_softmax(logits.float(), dim=-1))  # (B·K, V)
-        V = logp.size(-1)
-        cand = (scores.view(-1, 1) + logp).view(B, K * V)
-        top_scores, top_ids = cand.topk(2 * K, dim=-1)  # (B, 2K)
-        origin = top_ids // V  # which live hypothesis each candidate extends
-        token = top_ids % V
+        logp = _block_specials(torch.log_softmax(logits.float(), dim=-1))  # (n·K, V)
+        # The 2K best of a sentence's K·V extensions are among the 2K best of each of its rows
+        # (one score is added to a whole row), so rank each row first and then the K·2K.
+        row_k = min(2 * K, logp.size(-1))
+        row_lp, row_tok = logp.topk(row_k, dim=-1)  # (n·K, row_k)
+        cand = (scores.view(-1, 1) + row_lp).view(n, K * row_k)
+        top_scores, top_j = cand.topk(2 * K, dim=-1)  # (n, 2K), best first
+        origin = top_j // row_k  # which live hypothesis each candidate extends
+        token = row_tok.view(n, K * row_k).gather(1, top_j)
         if need_weights and weights is not None:
-            step_w = weights.float().unsqueeze(1)  # (B·K, 1, S)
+            step_w = weights.float().unsqueeze(1)  # (n·K, 1, S)
             history = step_w if history is None else torch.cat([history, step_w], dim=1)
-        top_scores_l, token_l, origin_l = top_scores.tolist(), token.tolist(), origin.tolist()
-        next_rows, next_scores, next_tokens = [], [], []
-        for b in range(B):
-            chosen_rows, chosen_scores, chosen_tokens = [], [], []
-            for j in range(2 * K):
-                s, tok, o = top_scores_l[b][j], token_l[b][j], origin_l[b][j]
-                row = b * K + o
-                if not active[b] or s == float("-inf"):
-                    break
-                at_limit = t + 1 >= limits[b]
-                if tok == EOS or at_limit:
-                    if j < K or (tok != EOS and len(chosen_rows) < K):
-                        toks = prefix[row, 1:].tolist() + ([] if tok == EOS else [tok])
-                        attn = history[row].clone() if history is not None else None
-                        finished[b].append(Hypothesis(toks, s, _normalise(s, len(toks) + 1, length_penalty), attn))
-                    continue
-                if len(chosen_rows) < K:
-                    chosen_rows.append(row)
-                    chosen_scores.append(s)
-                    chosen_tokens.append(tok)
-            if active[b] and (len(finished[b]) >= K or t + 1 >= limits[b]):
-                active[b] = False
-            while len(chosen_rows) < K:  # pad inactive or short beams with dead rows
-                chosen_rows.append(b * K)
-                chosen_scores.append(float("-inf"))
-                chosen_tokens.append(PAD)
-            if not active[b]:
-                chosen_scores = [float("-inf")] * K
-            next_rows.extend(chosen_rows)
-            next_scores.extend(chosen_scores)
-            next_tokens.extend(chosen_tokens)
-        if not any(active):
-            break
-        index = torch.tensor(next_rows, device=device)
-        prefix = torch.cat([prefix.index_select(0, index), torch.tensor(next_tokens, device=device).unsqueeze(1)], 1)
-        scores = torch.tensor(next_scores, device=device).view(B, K)
+        # -inf candidates (dead rows, blocked tokens) come last and are never used. A candidate
+        # ends its hypothesis with </s> or at the length limit; ended ones are kept among the
+        # first K candidates, and at the limit all of them (no candidate continues there).
+        at_limit = (t + 1 >= limit).unsqueeze(1)  # (n, 1)
+        valid = top_scores > float("-inf")
+        is_eos = token == EOS
+        ends = valid & (is_eos | at_limit)
+        keep_end = ends & ((slot < K) | ~is_eos)
+        goes_on = valid & ~ends
+        chosen = goes_on & (goes_on.cumsum(1) <= K)  # the K best that continue
+        base = torch.arange(n, device=device).unsqueeze(1) * K  # (n, 1) first row of each entry
+        if bool(keep_end.any()):
+            i, j = keep_end.nonzero(as_tuple=True)
+            rows = base.squeeze(1)[i] + origin[i, j]
+            ended_prefix = prefix[rows, 1:].tolist()
+            rows_l = rows.tolist()
+            for e, (b, s, tok) in enumerate(
+                zip(i.tolist(), top_scores[i, j].tolist(), token[i, j].tolist())
+            ):
+                toks = ended_prefix[e] + ([] if tok == EOS else [tok])
+                attn = history[rows_l[e]].clone() if history is not None else None
+                hyp = Hypothesis(toks, s, _normalise(s, len(toks) + 1, length_penalty), attn)
+                finished[alive[b]].append(hyp)
+            n_finished = n_finished + keep_end.sum(1)
+        still = ~((n_finished >= K) | at_limit.squeeze(1))  # (n,) sentences not done
+        # the chosen candidates first, in rank order, then dead rows (score -inf, </pad>) to fill K
+        pick = torch.sort((~chosen).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (n, K)
+        picked = chosen.gather(1, pick)
+        next_scores = torch.where(picked, top_scores.gather(1, pick), float("-inf"))
+        next_tokens = torch.where(picked, token.gather(1, pick), PAD)
+        next_rows = base + torch.where(picked, origin.gather(1, pick), 0)  # (n, K)
+        if not bool(still.all()):
+            keep = still.nonzero().squeeze(1)  # (n',)
+            if keep.numel() == 0:
+                break
+            keep_rows = (keep.unsqueeze(1) * K + torch.arange(K, device=device)).view(-1)
+            enc = select_batch(enc, keep_rows)
+            next_scores, next_tokens, next_rows = next_scores[keep], next_tokens[keep], next_rows[keep]
+            alive = [alive[b] for b in keep.tolist()]
+            limit, n_finished = limit[keep], n_finished[keep]
+        index = next_rows.view(-1)
+        prefix = torch.cat([prefix.index_select(0, index), next_tokens.view(-1, 1)], 1)
+        scores = next_scores
         state = select_batch(state, index)
         if history is not None:
             history = history.index_select(0, index)
