@@ -17,8 +17,11 @@ with one of four score functions (eq. 8 and the location variant)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from attnmt.attention.base import Memory, masked_softmax
 
@@ -108,3 +111,63 @@ class GlobalAttention(nn.Module):
         weights = masked_softmax(scores, memory.mask)  # a_t: (B, T, S)
         context = weights @ memory.values  # c_t = Σ_s a_t(s) h̄_s: (B, T, d)
         return context, weights
+
+    def steps(self, memory: Memory) -> Callable:
+        """``attend(query, positions, need_weights)``, equal to ``self(query, memory, positions,
+        need_weights)``, for a loop of one-step queries (B, 1, d) over the same memory, each step's
+        query depending on the previous step's output (the input-feeding decoder).
+
+        With autograd on and a dot/general score, the memory's gradient is formed once for all
+        T steps instead of per step: ∂L/∂h̄ = Σ_t ∂L/∂score_tᵀ q_t (and likewise for the values)
+        is one (S × T)·(T × d) product per sentence. Per step it would be a rank-1 product written
+        and added into a (B, S, d) tensor T times, which makes the backward pass of attention
+        several times slower than its forward pass."""
+        keys, values = memory.keys, memory.values
+        if (
+            self.score_kind not in ("dot", "general")
+            or not torch.is_grad_enabled()
+            or not (keys.requires_grad or values.requires_grad)
+        ):
+            return lambda query, positions=None, need_weights=True: self(
+                query, memory, positions, need_weights
+            )
+        saved: list[tuple[torch.Tensor, ...]] = []
+        calls = [0]
+
+        def attend(query, positions=None, need_weights=True):
+            calls[0] += 1
+            return _StepAttention.apply(query, keys, values, memory.mask, saved, calls[0] == 1)
+
+        return attend
+
+
+class _StepAttention(torch.autograd.Function):
+    """One step of dot/general attention, c_t = softmax(q_t Kᵀ) V, whose backward returns the
+    memory gradient only at the first step, summed over all steps.
+
+    Every later step's query depends on this step's output, so autograd runs this step's
+    backward last; the later steps leave (q_t, ∂L/∂score_t, a_t, ∂L/∂c_t) in ``saved``."""
+
+    @staticmethod
+    def forward(ctx, query, keys, values, mask, saved, first):
+        weights = masked_softmax(query @ keys.transpose(1, 2), mask)  # (B, 1, S)
+        context = weights @ values  # (B, 1, d)
+        ctx.save_for_backward(query, keys, values, weights)
+        ctx.saved, ctx.first = saved, first
+        return context, weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_context, d_weights):
+        query, keys, values, weights = ctx.saved_tensors
+        d_a = d_context @ values.transpose(1, 2) + d_weights  # ∂L/∂a_t: (B, 1, S)
+        d_scores = weights * (d_a - (d_a * weights).sum(-1, keepdim=True))  # softmax backward
+        d_query = d_scores @ keys  # (B, 1, d)
+        ctx.saved.append((query, d_scores, weights, d_context))
+        if not ctx.first:
+            return d_query, None, None, None, None, None
+        q, d_s, a, d_c = (torch.cat(parts, dim=1) for parts in zip(*ctx.saved))  # (B, T, ·)
+        ctx.saved.clear()
+        d_keys = d_s.transpose(1, 2) @ q  # Σ_t ∂L/∂score_tᵀ q_t: (B, S, d)
+        d_values = a.transpose(1, 2) @ d_c  # Σ_t a_tᵀ ∂L/∂c_t: (B, S, d)
+        return d_query, d_keys, d_values, None, None, None

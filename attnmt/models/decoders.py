@@ -55,19 +55,41 @@ class LuongDecoder(nn.Module):
 
     # -- the attentional layer -------------------------------------------------------------
     def _attend(
-        self, h: torch.Tensor, memory: Memory | None, positions: torch.Tensor, need_weights: bool
+        self,
+        h: torch.Tensor,
+        memory: Memory | None,
+        positions: torch.Tensor,
+        need_weights: bool,
+        attend=None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """h_t (B, T, H) -> h̃_t (B, T, H) and a_t (B, T, S) or None."""
+        """h_t (B, T, H) -> h̃_t (B, T, H) and a_t (B, T, S) or None. ``attend``: the attention's
+        step function over ``memory`` (see GlobalAttention.steps), if it has one."""
         if self.attention is None:
             return h, None
-        context, weights = self.attention(h, memory, positions, need_weights)  # (B,T,d), (B,T,S)
+        if attend is not None:
+            context, weights = attend(h, positions, need_weights)
+        else:
+            context, weights = self.attention(h, memory, positions, need_weights)  # (B,T,d), (B,T,S)
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # tanh(W_c[c_t; h_t])
         return h_tilde, weights
 
     # -- LSTM step with concatenated weights -------------------------------------------------
     def _step_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer: W = [W_ih_rest | W_hh] and b = b_ih + b_hh, for one matmul per layer per step.
-        For layer 1, W_ih_rest is the input-feeding half (the embedding half is precomputed)."""
+        For layer 1, W_ih_rest is the input-feeding half (the embedding half is precomputed).
+
+        Without autograd (decoding calls forward once per step) they are kept until a weight
+        changes: an in-place update bumps its version counter, a move changes its data pointer."""
+        if torch.is_grad_enabled():
+            return self._concat_weights()
+        key = tuple((p.data_ptr(), p._version) for p in self.rnn.parameters())
+        cached = getattr(self, "_cached_step_weights", None)
+        if cached is None or cached[0] != key:
+            cached = (key, self._concat_weights())
+            self._cached_step_weights = cached
+        return cached[1]
+
+    def _concat_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         out = []
         for layer in range(self.layers):
             w_ih = getattr(self.rnn, f"weight_ih_l{layer}")
@@ -114,7 +136,7 @@ class LuongDecoder(nn.Module):
         start: the absolute index of the first step (local-m's p_t = t).
         Returns logits (B, T, V), the new state, and attention weights (B, T, S) or None.
         """
-        B, T = tgt_in.shape
+        T = tgt_in.size(1)
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         positions = torch.arange(start, start + T, device=tgt_in.device)
         if not self.input_feed:
@@ -131,10 +153,14 @@ class LuongDecoder(nn.Module):
             c = list(state["c"].unbind(1))
             feed = state["feed"]
             outputs, all_weights = [], []
-            for t in range(T):
-                top = self._lstm_step(emb_gates[:, t], feed, h, c, step_weights)  # (B, H)
+            steps = getattr(self.attention, "steps", None)
+            attend = steps(memory) if steps is not None and memory is not None else None
+            # unbind, not emb_gates[:, t]: each slice's backward would write a zero (B, T, 4H)
+            # gradient and add it up, T times; unbind's backward is one stack
+            for t, emb_gates_t in enumerate(emb_gates.unbind(1)):
+                top = self._lstm_step(emb_gates_t, feed, h, c, step_weights)  # (B, H)
                 h_tilde_t, w_t = self._attend(
-                    top.unsqueeze(1), memory, positions[t : t + 1], need_weights
+                    top.unsqueeze(1), memory, positions[t : t + 1], need_weights, attend
                 )
                 feed = self.dropout(h_tilde_t.squeeze(1))  # h̃_t, fed to step t+1
                 outputs.append(feed)
