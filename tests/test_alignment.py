@@ -60,16 +60,18 @@ def test_force_align_maps_pieces_to_words_and_follows_timing():
     m = stub_member(False, "dot", [line])
     m.tgt_tok = WordTokenizer.build(["el perro, vio a Anna"], lang="es")
     tgt = "el perro, vio"  # pieces: el perro , vio -> words 0 1 1 2
-    # content timing: target piece j <- row j+1 -> source piece j+1
+    # default (predicted) timing: target piece j <- row j -> source piece j
+    #   el -> the (w0); perro -> dog (w1); "," -> , (w1); vio -> saw (w2)
+    res = force_align([m], [line], [tgt])
+    assert res.links[0] == {(0, 0), (1, 1), (2, 2)}
+    assert res.mean_entropy == pytest.approx(0.0) and res.max_weight == pytest.approx(1.0)
+    # input timing: target piece j <- row j+1 -> source piece j+1
     #   el -> dog (w1); perro -> , (w1); "," -> saw (w2); vio -> Anna (w3)
     #   target word 1 = mean of its two pieces' rows = 0.5 w1 + 0.5 w2 -> argmax takes the first
-    res = force_align([m], [line], [tgt])
-    assert res.links[0] == {(1, 0), (1, 1), (3, 2)}
-    assert res.mean_entropy == pytest.approx(0.0) and res.max_weight == pytest.approx(1.0)
-    m.cfg.model.score = "location"  # predicted timing: row j -> source piece j
-    #   el -> the (w0); perro -> dog (w1); "," -> , (w1); vio -> saw (w2)
-    assert force_align([m], [line], [tgt]).links[0] == {(0, 0), (1, 1), (2, 2)}
     assert force_align([m], [line], [tgt], timing="input").links[0] == {(1, 0), (1, 1), (3, 2)}
+    assert force_align([m], [line], [tgt], timing="paper").links[0] == {(1, 0), (1, 1), (3, 2)}
+    m.cfg.model.score = "location"  # the paper's rule: predicted for location
+    assert force_align([m], [line], [tgt], timing="paper").links[0] == {(0, 0), (1, 1), (2, 2)}
     assert pharaoh({(3, 2), (1, 0), (1, 1)}) == "1-0 1-1 3-2"
 
 

@@ -56,17 +56,19 @@ def test_force_attention_rows_in_input_order(reverse):
 
 
 @pytest.mark.parametrize("score, timing, expected", [
-    ("dot", "paper", ["b", "d"]),  # content-based: the row that reads the <unk> (r = j + 1)
-    ("location", "paper", ["a", "c"]),  # location: the row that predicts it (r = j)
-    ("dot", "predicted", ["a", "c"]),
+    ("dot", None, ["a", "c"]),  # default: the row that predicts the <unk> (r = j)
+    ("location", None, ["a", "c"]),
+    ("dot", "paper", ["b", "d"]),  # paper, content-based: the row that reads the <unk> (r = j + 1)
+    ("location", "paper", ["a", "c"]),  # paper, location: the row that predicts it
+    ("dot", "input", ["b", "d"]),
     ("location", "input", ["b", "d"]),
 ])
-def test_unk_uses_the_timing_of_the_paper(score, timing, expected):
+def test_unk_attention_timing(score, timing, expected):
     line = "a b c d"
     m = stub_member(False, score, [line])
     unk = "<unk>"
     hyp = Translation("", 0.0, line.split(), [unk, "x", unk])
-    new, stats = replace_unks([m], [line], [[hyp]], timing=timing)
+    new, stats = replace_unks([m], [line], [[hyp]], **({"timing": timing} if timing else {}))
     words = new[0][0].tgt_pieces
     assert [words[0], words[2]] == expected and words[1] == "x"
     assert stats.unks == 2 and stats.sentences == 1
@@ -78,11 +80,11 @@ def test_ensemble_attention_is_averaged():
     m1, m2, m3 = (stub_member(False, "dot", [line]) for _ in range(3))
     m2.model.shift = m3.model.shift = 2
     hyp = Translation("", 0.0, line.split(), ["<unk>"])
-    # row 1 (the one reading the <unk>): m1 attends to b, m2 and m3 to d -> d has 2/3 on average
+    # row 0 (the one predicting the <unk>): m1 attends to a, m2 and m3 to c -> c has 2/3 on average
     new, _ = replace_unks([m1, m2, m3], [line], [[hyp]])
-    assert new[0][0].tgt_pieces == ["d"]
-    new, _ = replace_unks([m1, m2, m3], [line], [[hyp]], timing="predicted")
-    assert new[0][0].tgt_pieces == ["c"]  # row 0: m1 -> a, m2 and m3 -> c
+    assert new[0][0].tgt_pieces == ["c"]
+    new, _ = replace_unks([m1, m2, m3], [line], [[hyp]], timing="input")
+    assert new[0][0].tgt_pieces == ["d"]  # row 1: m1 -> b, m2 and m3 -> d
 
 
 def _force_unk(run):
@@ -111,11 +113,11 @@ def test_cli_replace_unk_with_dictionary(tmp_path, capsys):
     assert len(lines) == 2 and all("<unk>" not in x for x in lines)
     allowed = {"perro", "gato", "el", "vio", "Anna"}
     assert all(w in allowed for x in lines for w in x.split())
-    # the choice is the argmax of the force-decoded attention (content-based timing)
+    # the choice is the argmax of the force-decoded attention row that predicted each <unk>
     model, cfg, src_tok, tgt_tok = load_model(run)
     member = Member(model, cfg, src_tok, tgt_tok)
     n = len(lines[1].split())
     rows = force_attention(member, ["the cat"], [[1] * n])[0]
-    expected = [{"the": "el", "cat": "gato"}[["the", "cat"][int(r.argmax())]] for r in rows[1 : n + 1]]
+    expected = [{"the": "el", "cat": "gato"}[["the", "cat"][int(r.argmax())]] for r in rows[:n]]
     assert lines[1].split() == expected
     assert main(["translate", "--model", str(run), "-i", str(src), "--dict", str(d)]) == 2

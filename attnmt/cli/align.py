@@ -21,10 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--src", required=True, help="source sentences, one per line")
     p.add_argument("--tgt", required=True, help="reference translations, one per line")
     p.add_argument("--output", "-o", help="Pharaoh alignments (default: stdout)")
-    p.add_argument("--timing", default="paper", choices=["paper", "input", "predicted"],
-                   help="which attention row aligns target word y_j: the step that reads it "
-                        "(input), the one that predicts it (predicted), or the paper's rule: "
-                        "predicted for the location score, input otherwise (default)")
+    p.add_argument("--timing", default="predicted", choices=["predicted", "input", "paper"],
+                   help="which attention row aligns target word y_j: the step that predicts it "
+                        "(predicted, default), the one that reads it (input), or the paper's rule: "
+                        "predicted for the location score, input otherwise")
     p.add_argument("--gold", help="also score against these gold alignments and print AER")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default="auto")

@@ -87,7 +87,7 @@ def _add_heatmap(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", required=True, help="the source sentence")
     p.add_argument("--target", help="force decode this translation instead of translating")
     p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--timing", default="paper", choices=["paper", "input", "predicted"],
+    p.add_argument("--timing", default="predicted", choices=["predicted", "input", "paper"],
                    help="which attention row belongs to a target piece (attnmt/decode/force.py)")
     p.add_argument("--out", required=True, help="PNG file")
     p.add_argument("--csv", help="also write the matrix as CSV (rows: target pieces)")

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replace-unk", action="store_true",
                    help="replace each output <unk> by its most-attended source word")
     p.add_argument("--dict", help="with --replace-unk: src<TAB>tgt word list; known words are translated")
-    p.add_argument("--unk-timing", default="paper", choices=["paper", "input", "predicted"],
+    p.add_argument("--unk-timing", default="predicted", choices=["predicted", "input", "paper"],
                    help="attention row of an output word (see attnmt/decode/unk_replace.py)")
     p.add_argument("--ngram", help="NgramRes: this n-gram model (built with --vocab-from the run) "
                    "replaces the run's; the neural weights stay as they are")

@@ -10,11 +10,12 @@ or, with a bilingual dictionary, by that word's translation when the dictionary 
 Which attention row is a(y_j)? Row r of the decoder's weights is computed from h_r at the step
 that reads y_{r-1} and *predicts* y_r (attnmt/models/decoders.py). The paper (section 3.1,
 footnote) uses a_t for the predicted word y_t only with the *location* score, and for the *input*
-word y_{t-1} with content-based scores (dot, general, concat, and local attention, whose windows
-are scored by content too). So, by default ("paper" timing, attnmt.decode.force):
+word y_{t-1} with content-based scores. Measured on gold alignments (attnmt.decode.force,
+docs/results/analysis.md), this decoder's a_t aligns the predicted word for every score, so:
 
-    location score:        a(y_j) = the row of the step that predicts y_j
-    content-based scores:  a(y_j) = the row of the next step, the one that reads y_j as input
+    default ("predicted"):  a(y_j) = the row of the step that predicts the <unk> y_j
+    --unk-timing paper:      location as above; content-based scores (dot, general, concat, local
+                             attention) use the row of the next step, the one that reads y_j
 
 The rows come from force decoding the finished hypothesis (one teacher-forced pass per model),
 which also yields the row after the last word. With an ensemble, each model uses its own timing
@@ -130,7 +131,7 @@ def replace_unks(
     lines: list[str],
     results: list[list[Translation]],
     dictionary: dict[str, str] | None = None,
-    timing: str = "paper",
+    timing: str = "predicted",
     batch_size: int = 32,
 ) -> tuple[list[list[Translation]], UnkStats]:
     """Replace the ``<unk>`` of every hypothesis in ``results`` (as returned by a Translator for
@@ -157,7 +158,7 @@ def replace_unks(
 
 
 def replace_unks_cli(translator, lines: list[str], results: list[list[Translation]],
-                     dict_path: str | None = None, timing: str = "paper") -> list[list[Translation]]:
+                     dict_path: str | None = None, timing: str = "predicted") -> list[list[Translation]]:
     """``translate --replace-unk``: replace, then report the counts on stderr."""
     import sys
 

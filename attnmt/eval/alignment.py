@@ -113,7 +113,7 @@ def force_align(
     members: list[Member],
     src_lines: list[str],
     tgt_lines: list[str],
-    timing: str = "paper",
+    timing: str = "predicted",
     batch_size: int = 32,
 ) -> ForcedAlignment:
     """Align each reference ``tgt_lines[k]`` to ``src_lines[k]`` by force decoding. With several

@@ -130,7 +130,8 @@ _DECODED: dict[tuple, list] = {}  # (models, beam, test) -> translations: the un
 
 def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: list[str]) -> dict:
     """Translate the test set with the row's model(s), then BLEU and (single models) perplexity.
-    Rows with unk replacement also report the BLEU of copying only (no dictionary)."""
+    Rows with unk replacement also report the BLEU before replacement, of copying only (no
+    dictionary) and with the paper's attention timing (attnmt.decode.force)."""
     from attnmt.cli.score import model_perplexity
     from attnmt.decode.ensemble import load_translator, members_of
     from attnmt.decode.unk_replace import load_dictionary, replace_unks
@@ -155,6 +156,8 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
             copied, _ = replace_unks(members, src, results, None)
             result["bleu_copy_only"] = score_all(first(copied), ref, s.tgt)["bleu"]
         dictionary = load_dictionary(s.dictionary) if s.dictionary else None
+        paper, _ = replace_unks(members, src, results, dictionary, timing="paper")
+        result["bleu_paper_timing"] = score_all(first(paper), ref, s.tgt)["bleu"]
         results, stats = replace_unks(members, src, results, dictionary)
         result.update(unk_replaced=stats.unks, unk_from_dictionary=stats.from_dictionary)
     hyps = first(results)
