@@ -81,6 +81,7 @@ class LuongDecoder(nn.Module):
         Without autograd (decoding calls forward once per step) they are kept until a weight
         changes: an in-place update bumps its version counter, a move changes its data pointer."""
         if torch.is_grad_enabled():
+            self._cached_step_weights = None  # training: don't hold a stale copy
             return self._concat_weights()
         key = tuple((p.data_ptr(), p._version) for p in self.rnn.parameters())
         cached = getattr(self, "_cached_step_weights", None)
