@@ -347,8 +347,11 @@ def main() -> None:
         for name, fn in sides.items():  # warm-up; also compares the outputs
             outputs[name] = fn(beam_data[0])
         # the length limits differ (ours per sentence, theirs per batch), so compare the best
-        # outputs up to the shorter one's length
-        same = sum(x[: len(y)] == y[: len(x)] for x, y in zip(outputs["ours"][0], outputs["onmt"][0]))
+        # outputs up to the shorter one's length; on an untrained model's near-uniform
+        # distributions, rounding-level differences flip near-ties, and the beams then diverge
+        pairs = list(zip(outputs["ours"][0], outputs["onmt"][0]))
+        same = sum(x[: len(y)] == y[: len(x)] for x, y in pairs)
+        prefix = statistics.mean(_common_prefix(x, y) / max(1, min(len(x), len(y))) for x, y in pairs)
         cpu = {k: [] for k in sides}
         wall = {k: [] for k in sides}
         steps = {k: [] for k in sides}
@@ -366,7 +369,8 @@ def main() -> None:
             i += a.beam_batches
         result["beam"] = _summary(cpu, wall, "sent_s")
         result["beam"]["decoder_steps_per_batch"] = {k: statistics.median(v) for k, v in steps.items()}
-        result["beam"]["same_best_output_prefix"] = f"{same}/{len(outputs['ours'][0])}"
+        result["beam"]["same_best_output_prefix"] = f"{same}/{len(pairs)}"
+        result["beam"]["mean_common_prefix_fraction"] = round(prefix, 3)
 
     print(json.dumps(result))
     parts = []
@@ -377,6 +381,13 @@ def main() -> None:
                          f"= {r['ratio']:.2f}x")
     print(f"lstm_speed ({a.score}, {a.layers}x{a.hidden}, 1 thread CPU time, median of "
           f"{a.rounds}): " + "; ".join(parts))
+
+
+def _common_prefix(x: list, y: list) -> int:
+    n = 0
+    while n < min(len(x), len(y)) and x[n] == y[n]:
+        n += 1
+    return n
 
 
 def _summary(cpu: dict, wall: dict, unit: str) -> dict:
