@@ -120,3 +120,20 @@ def test_checkpoint_averaging(runs, tmp_path):
     assert Translator.from_run(out, device="cpu").translate(["the dog"], beam=2)[0][0].text is not None
     assert main(["average", "--model", str(runs["multi"]), "--last", "4", "--out", str(tmp_path / "x")]) == 2
     assert main(["average", "--model", str(runs["multi"]), "--last", "1", "--out", str(out)]) == 2
+
+
+def test_max_len_cap_limits_single_and_ensemble_outputs(runs, tmp_path):
+    lines = SRC
+    single = Translator.from_run(runs["dot"], device="cpu")
+    free = single.translate(lines, beam=3, max_len_ratio=10.0)
+    assert max(len(h[0].tgt_pieces) for h in free) > 2  # the cap below really binds
+    for translator in (single, EnsembleTranslator(load_members([str(runs["dot"])] * 2, device="cpu"))):
+        for beam in (1, 3):
+            capped = translator.translate(lines, beam=beam, max_len_ratio=10.0, max_len_cap=2)
+            assert max(len(h[0].tgt_pieces) for h in capped) <= 2
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    main(["translate", "--model", str(runs["dot"]), "-i", str(src), "-o", str(out), "--beam", "1",
+          "--max-len-ratio", "10", "--max-len-cap", "2"])
+    assert all(len(single.tgt_tok.encode(line)) <= 2 for line in out.read_text(encoding="utf-8").splitlines())

@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nbest", type=int, default=1, help="print N best as 'i ||| text ||| score'")
     p.add_argument("--length-penalty", type=float, default=1.0, help="score / length^alpha")
     p.add_argument("--max-len-ratio", type=float, default=2.0, help="output length limit per source token")
+    p.add_argument("--max-len-cap", type=int, default=512,
+                   help="hard limit on output pieces per line (raise it to translate whole documents)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     results = translator.translate(
         lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
         length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
-        with_attention=bool(args.alignments),
+        with_attention=bool(args.alignments), max_len_cap=args.max_len_cap,
     )
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli

@@ -113,6 +113,7 @@ class EnsembleTranslator:
         length_penalty: float = 1.0,
         max_len_ratio: float = 2.0,
         with_attention: bool = False,
+        max_len_cap: int = 512,
     ) -> list[list[Translation]]:
         prepared = [[prepare_source(m.cfg, m.src_tok, line) for m in self.members] for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(prepared[i][0][2]), reverse=True)
@@ -123,9 +124,10 @@ class EnsembleTranslator:
             self.ensemble.bind([(b.src, b.src_lengths) for b in batches])
             src, lengths = batches[0].src, batches[0].src_lengths  # member 0 sets the length limit
             if beam <= 1:
-                hyps = greedy_search(self.ensemble, src, lengths, max_len_ratio)
+                hyps = greedy_search(self.ensemble, src, lengths, max_len_ratio, max_len_cap=max_len_cap)
             else:
-                hyps = beam_search(self.ensemble, src, lengths, beam, nbest, length_penalty, max_len_ratio)
+                hyps = beam_search(self.ensemble, src, lengths, beam, nbest, length_penalty, max_len_ratio,
+                                   max_len_cap=max_len_cap)
             self.ensemble.bind(None)
             for i, sent_hyps in zip(chunk, hyps):
                 results[i] = [self._finish(prepared[i][0][0], h.tokens, h.score) for h in sent_hyps]
