@@ -117,3 +117,31 @@ def test_experiment_luong_tiny(tmp_path):
     assert main(args) == 0  # finished rows are reused, not retrained
     assert (out / "runs" / "base" / "log.jsonl").stat().st_mtime == mtime
     assert main(args[:-2] + ["--rows", "base,nope"]) == 2
+
+
+def test_experiment_luong_reuse_is_checked(tmp_path, capsys):
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.en").write_text("\n".join(SRC * 2) + "\n", encoding="utf-8")
+        (tmp_path / f"{split}.es").write_text("\n".join(TGT * 2) + "\n", encoding="utf-8")
+    out = tmp_path / "exp"
+    common = ["experiment", "luong", "--train", str(tmp_path / "train"), "--dev", str(tmp_path / "dev"),
+              "--test", str(tmp_path / "test"), "--out", str(out), "--layers", "1", "--hidden", "8",
+              "--vocab", "12", "--beam", "2", "--test-lines", "3", "--set", "train.batch_size=4"]
+    # a missing dictionary fails before any training
+    assert main(common + ["--steps", "2", "--dict", str(tmp_path / "nope.tsv")]) == 2
+    assert "nope.tsv" in capsys.readouterr().err and not (out / "runs").exists()
+    rows = ["--rows", "local-p,unk"]
+    assert main(common + ["--steps", "2"] + rows) == 0
+    first = json.loads((out / "results" / "unk.json").read_text(encoding="utf-8"))
+    assert first["settings"]["beam"] == 2
+    # another budget: the finished run is not reused silently as if it had been trained for it
+    capsys.readouterr()
+    assert main(common + ["--steps", "3"] + rows) == 2
+    assert "train.max_steps=2" in capsys.readouterr().err
+    # other evaluation settings: the cached results are recomputed, the model is reused
+    mtime = (out / "runs" / "local-p" / "log.jsonl").stat().st_mtime
+    assert main(common[:-6] + ["--beam", "1", "--test-lines", "2", "--set", "train.batch_size=4",
+                               "--steps", "2"] + rows) == 0
+    again = json.loads((out / "results" / "unk.json").read_text(encoding="utf-8"))
+    assert again["settings"]["beam"] == 1 and again["settings"]["test_lines"] == 2
+    assert (out / "runs" / "local-p" / "log.jsonl").stat().st_mtime == mtime

@@ -20,6 +20,9 @@ sacrebleu's detokenised BLEU and the paper-style tokenised BLEU.
 Everything lands in OUT: configs/<row>.yaml, runs/<row>/ (training runs; a finished row is not
 retrained and a killed one resumes), hyp/<row>.txt, results/<row>.json, table.md (Table 1),
 curves.png (Figure 5), lengths/ (Figure 6: base vs. the best single model vs. the ensemble).
+Reuse is checked: a run trained with other settings (budget, size, vocabulary, corpus) is an error,
+not a silent row of another experiment, and a cached result of other evaluation settings (test
+set, --test-lines, beam, dictionary) is recomputed. A bad --dict fails before any training.
 """
 
 from __future__ import annotations
@@ -101,6 +104,38 @@ def row_config(s: Settings, row: Row) -> Config:
     return apply_overrides(Config(), overrides + s.extra)
 
 
+# what a reused (finished or resumed) run must share with this invocation's row config
+_REUSE_KEYS = (
+    "data.train", "data.dev", "data.src", "data.tgt", "data.tokenizer", "data.src_vocab_size",
+    "data.tgt_vocab_size", "data.reverse_source", "data.max_len", "data.lowercase", "model.type",
+    "model.layers", "model.hidden", "model.embed", "model.attention", "model.score",
+    "model.input_feed", "model.dropout", "train.optimizer", "train.lr", "train.batch_size",
+    "train.max_steps",
+)
+
+
+def _setting(cfg: Config, key: str):
+    section, name = key.split(".")
+    value = getattr(getattr(cfg, section), name)
+    return str(Path(value).absolute()) if key in ("data.train", "data.dev") and value else value
+
+
+def check_reuse(run: Path, wanted: Config) -> None:
+    """Refuse to reuse (or resume) a run whose saved config differs from this row's settings:
+    the table would otherwise silently mix budgets, sizes or corpora."""
+    saved = run / "config.yaml"
+    if not saved.exists():
+        return
+    from attnmt.config import load_config
+
+    have = load_config(saved)
+    diff = [f"{k}={_setting(have, k)!r} (this run: {_setting(wanted, k)!r})"
+            for k in _REUSE_KEYS if _setting(have, k) != _setting(wanted, k)]
+    if diff:
+        raise UserError("trained with other settings: " + "; ".join(diff)
+                        + " -- use a new --out, or delete this run to retrain it", str(saved))
+
+
 def _finished(run: Path) -> bool:
     log = run / "log.jsonl"
     return log.exists() and any('"event": "end"' in line for line in log.read_text(encoding="utf-8").splitlines())
@@ -110,12 +145,15 @@ def train_row(s: Settings, row: Row) -> Path:
     from attnmt.train.training import run_training
 
     run = s.out / "runs" / row.name
+    cfg = row_config(s, row)
+    resume = (run / "checkpoints" / "LAST").exists()
+    if resume or _finished(run):
+        check_reuse(run, cfg)  # a resumed run keeps its saved config (train.run_training)
     if _finished(run):
         return run
     cfg_path = s.out / "configs" / f"{row.name}.yaml"
     cfg_path.parent.mkdir(parents=True, exist_ok=True)
-    save_config(row_config(s, row), cfg_path)
-    resume = (run / "checkpoints" / "LAST").exists()
+    save_config(cfg, cfg_path)
     _note(f"training {row.name} ({'resuming' if resume else 'new'}) -> {run}")
     run_training(str(cfg_path), str(run), [], resume)
     return run
@@ -144,7 +182,8 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
         _DECODED.clear()
         _DECODED[key] = translator.translate(src, beam=s.beam, batch_size=32)
     results = _DECODED[key]
-    result: dict = {"row": row.name, "label": row.label, "models": [str(r) for r in runs]}
+    result: dict = {"row": row.name, "label": row.label, "models": [str(r) for r in runs],
+                    "settings": eval_settings(s)}
 
     def first(res):
         return [h[0].text if h and line.strip() else "" for line, h in zip(src, res)]
@@ -172,6 +211,13 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     return result
 
 
+def eval_settings(s: Settings) -> dict:
+    """What a cached results/<row>.json depends on besides the trained models."""
+    return {"test": str(Path(s.test).absolute()), "test_lines": s.test_lines, "beam": s.beam,
+            "dictionary": str(Path(s.dictionary).absolute()) if s.dictionary else None,
+            "src": s.src, "tgt": s.tgt}
+
+
 def write_table(results: list[dict], path: Path) -> str:
     lines = ["| System | Ppl | BLEU | Δ | BLEU (tok) | chrF |", "|---|---|---|---|---|---|"]
     prev = None
@@ -193,6 +239,10 @@ def run_luong(s: Settings) -> str:
         torch.set_num_threads(s.threads)
     s.out.mkdir(parents=True, exist_ok=True)
     read_parallel(s.train, s.src, s.tgt)  # fail early on a bad corpus
+    if s.dictionary and any(r.unk for r in ROWS if r.name in s.rows):
+        from attnmt.decode.unk_replace import load_dictionary
+
+        load_dictionary(s.dictionary)  # and on a bad --dict, not after hours of training
     src, ref, _ = read_parallel(s.test, s.src, s.tgt)
     if s.test_lines:
         src, ref = src[: s.test_lines], ref[: s.test_lines]
@@ -205,10 +255,6 @@ def run_luong(s: Settings) -> str:
             runs[row.name] = train_row(s, row)
     results = []
     for row in chosen:
-        cached = s.out / "results" / f"{row.name}.json"
-        if cached.exists():
-            results.append(json.loads(cached.read_text(encoding="utf-8")))
-            continue
         if row.ensemble:
             candidates = [s.out / "runs" / n for n in ("global-location", "feed", "local-p")]
             models = [m for m in candidates if _finished(m)]
@@ -216,6 +262,16 @@ def run_luong(s: Settings) -> str:
             models = [runs.get(row.model_of or row.name) or s.out / "runs" / (row.model_of or row.name)]
         if not models or not all(_finished(m) for m in models):
             raise UserError(f"row {row.name} needs trained models: run its rows too", str(s.out))
+        for m in models:
+            if m.name not in runs:  # trained by an earlier invocation: same settings?
+                check_reuse(m, row_config(s, next(r for r in ROWS if r.name == m.name)))
+        cached = s.out / "results" / f"{row.name}.json"
+        if cached.exists():
+            old = json.loads(cached.read_text(encoding="utf-8"))
+            if old.get("settings") == eval_settings(s) and old.get("models") == [str(m) for m in models]:
+                results.append(old)
+                continue
+            _note(f"{cached} was made with other evaluation settings or models: evaluating again")
         _note(f"evaluating {row.name}")
         result = evaluate_row(s, row, models, src, ref)
         cached.parent.mkdir(parents=True, exist_ok=True)
