@@ -5,9 +5,11 @@
 
 One training step = forward + backward of the Transformer on a random (B, len) batch. Variants run
 interleaved (round robin, ``repeats`` rounds) so that load from other processes hits all of them
-alike; the time per variant is its fastest round (the least disturbed). Memory is the bytes of
-tensors autograd saves for backward (the activation memory of a step, measured with
-saved_tensors_hooks: exact and independent of machine load), plus CUDA peak memory on a GPU.
+alike; the time per variant is its fastest round (the least disturbed). On CPU the time is the
+process's CPU time (time.process_time, with --threads 1), which other processes on a shared
+machine barely disturb; on CUDA it is synchronised wall-clock time. Memory is the bytes of
+distinct tensor storages autograd saves for backward (the activation memory of a step,
+measured with saved_tensors_hooks: exact and independent of machine load), plus CUDA peak memory on a GPU.
 
 placement "reference": the paper's best setting — the variant in encoder self-attention and
 cross-attention of the lower 3 layers, standard decoder self-attention (relative: encoder only).
@@ -20,9 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from attnmt.config import Config
 from attnmt.models import build_model
@@ -52,18 +58,20 @@ def step(model, opt, batch) -> None:
 
 
 def saved_bytes(model, batch) -> int:
-    total = 0
+    """Bytes of the distinct storages autograd keeps for backward (a tensor saved by two ops, or
+    a view of a saved tensor, counts once)."""
+    seen: dict[int, int] = {}
 
     def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
         return t
 
     src, lengths, tgt_in, tgt_out = batch
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logits, _ = model(src, lengths, tgt_in)
         torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1))
-    return total
+    return sum(seen.values())
 
 
 def main() -> None:
@@ -111,12 +119,14 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             step(models[v], opts[v], batch)
             if device.type == "cuda":
                 torch.cuda.synchronize()
                 result["variants"][v]["cuda_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-            times[v].append(time.perf_counter() - start)
+                times[v].append(time.perf_counter() - start)
+            else:  # CPU time of this process: robust to other processes sharing the cores
+                times[v].append(time.process_time() - cpu_start)
     base = result["variants"]["standard"] if "standard" in variants else None
     for v in variants:
         r = result["variants"][v]

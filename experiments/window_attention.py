@@ -4,6 +4,7 @@
     python experiments/window_attention.py lm [--steps N]
     python experiments/window_attention.py classify-data      # builds the two classification sets
     python experiments/window_attention.py classify [--steps N]
+    python experiments/window_attention.py report             # markdown tables of finished runs
 
 Every run goes to /work/exp/window_attention/<group>/<name>/ and is skipped when its result.json
 exists, so the queue can be stopped and restarted. Each run trains with ``attnmt train`` with one
@@ -22,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # classify-data imports attnmt
+
 EXP = Path("/work/exp/window_attention")
 BIBLE = "/work/exp/bible_shared"
 DOMAINS = Path("/work/shared/data/domains")
@@ -37,8 +40,8 @@ NMT = [  # (name, config, extra --set overrides), in priority order
     ("window-mul", "configs/window-mul.yaml", []),
     ("window-add-seg-all", "configs/window-add-seg.yaml", ["model.attention_layers=0"]),
 ]
-LM_VARIANTS = ["standard", "relative", "localness", "window-add-seg", "window-mul-seg", "window-add"]
-CLS_VARIANTS = ["standard", "relative", "localness", "window-add-seg", "window-mul-seg", "window-add", "window-mul"]
+LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add"]
+CLS_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
 
 
 def sh(cmd: list[str], log: Path | None = None) -> float:
@@ -160,13 +163,39 @@ def classify(args) -> None:
             print(json.dumps(result), flush=True)
 
 
+def report(args) -> None:
+    """Markdown tables of every finished run (for docs/results/window_attention.md)."""
+    def rows(group: str) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted((EXP / group).glob("**/result.json"))]
+
+    print("| NMT run | params | dev ppl | test BLEU | BLEU (tok) | chrF |\n|---|---|---|---|---|---|")
+    for r in sorted(rows("nmt"), key=lambda r: [n for n, _, _ in NMT].index(r["name"])):
+        print(f"| {r['name']} | {r['params'] / 1e6:.2f} M | {r['dev_ppl']:.1f} | {r['bleu']:.2f} | "
+              f"{r['bleu_tok']:.2f} | {r['chrf']:.1f} |")
+    print("\n| LM (dec. self-attn) | params | dev ppl | test ppl |\n|---|---|---|---|")
+    for r in sorted(rows("lm"), key=lambda r: LM_VARIANTS.index(r["name"])):
+        print(f"| {r['name']} | {r['params'] / 1e6:.2f} M | {r['dev_ppl']:.1f} | {r['test']['ppl']:.1f} |")
+    for task in ("agreement", "domains"):
+        results = sorted(rows(f"classify/{task}"), key=lambda r: CLS_VARIANTS.index(r["name"]))
+        if not results:
+            continue
+        groups = sorted({g for r in results for g in r["test"]["by_group"]}, key=lambda g: (len(g), g))
+        head = " | ".join(f"{g} attr." for g in groups) if task == "agreement" else ""
+        print(f"\n| {task} (enc. self-attn) | dev acc. | test acc. |" + (f" {head} |" if head else ""))
+        print("|---|---|---|" + "---|" * (len(groups) if head else 0))
+        for r in results:
+            cells = " | ".join(f"{r['test']['by_group'][g]['accuracy'] * 100:.1f}" for g in groups) if head else ""
+            print(f"| {r['name']} | {r['dev_accuracy'] * 100:.1f} | {r['test']['accuracy'] * 100:.1f} |"
+                  + (f" {cells} |" if cells else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify"])
+    p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify", "report"])
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--only", nargs="*")
     args = p.parse_args()
-    {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify}[args.what](args)
+    {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify, "report": report}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def _one_hot(n, i):
 def _dense_reference(phi_l, phi_r, segment, mask):
     """The issue's matrix form: U (U[i, j] = 1 for i <= j) or U_seg[i, :] = U[b⌊i/b⌋, :]."""
     n = phi_l.size(-1)
-    U = torch.triu(torch.ones(n, n))
+    U = torch.triu(torch.ones(n, n, dtype=phi_l.dtype))
     if segment > 1:
         U = U[(torch.arange(n) // segment) * segment]
     f, g = phi_l @ U, phi_r @ U.t()
@@ -106,7 +106,7 @@ def test_pointers_exclude_padding_and_future():
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
     allowed = key_mask[:, None, None, :] & causal[None, None]
-    phi = ptr(q, ptr.keys(k), allowed)  # (2, B, H, T, S)
+    phi = torch.stack(ptr(q, ptr.keys(k), allowed))  # (2, B, H, T, S)
     assert torch.all(phi[:, ~allowed.expand(2, 2, 5, 5)] == 0)
     torch.testing.assert_close(phi.sum(-1), torch.ones(2, 2, 2, 5))
 
@@ -145,7 +145,7 @@ def test_multiplicative_window_with_a_full_span_is_standard_attention_bit_for_bi
         phi_l = torch.zeros(B, H, T, n)
         phi_l[..., 0] = 1
         phi_r = torch.nn.functional.one_hot(last, n).float()[:, None, None, :].expand(B, H, T, n)
-        return torch.stack([phi_l, phi_r])
+        return phi_l, phi_r
 
     monkeypatch.setattr(att.pointers, "forward", full_span)
     _, windowed = att(x, keys, mask, need_weights=True)
@@ -266,3 +266,22 @@ def test_no_cubic_tensors(variant):
     with _LargestTensor() as probe:
         att(x, att.project_keys(x), need_weights=True)
     assert probe.largest <= 2 * 2 * n * n  # the two pointer distributions, never n³
+
+
+@pytest.mark.parametrize("mask", ["exact", "union", "sum"])
+@pytest.mark.parametrize("segment", [0, 3])
+def test_mask_gradients_match_autograd_of_the_matrix_definition(mask, segment):
+    """The memory-lean backward (recomputed cumulative sums) against autograd of the dense form."""
+    g = torch.Generator().manual_seed(4)
+    logits_l = torch.randn(2, 3, 10, generator=g, dtype=torch.float64, requires_grad=True)
+    logits_r = torch.randn(2, 3, 10, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(2, 3, 10, generator=g, dtype=torch.float64)
+    grads = []
+    for fn in (lambda a, b: soft_window_mask(a, b, segment, mask), lambda a, b: _dense_reference(a, b, segment, mask)):
+        out = (fn(torch.softmax(logits_l, -1), torch.softmax(logits_r, -1)) * weight).sum()
+        grads.append(torch.autograd.grad(out, (logits_l, logits_r)))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want)
+    phi = torch.softmax(torch.randn(1, 2, 7, generator=g, dtype=torch.float64), -1).requires_grad_()
+    phi_r = torch.softmax(torch.randn(1, 2, 7, generator=g, dtype=torch.float64), -1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: soft_window_mask(a, b, segment, mask), (phi, phi_r))

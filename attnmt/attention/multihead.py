@@ -147,15 +147,15 @@ class MultiHeadAttention(nn.Module):
             scores = scores + self.localness.bias(q, visible, S)
         if self._windowed:
             w = self.window
-            phi = self.pointers(q, keys["pk"], allowed)  # (2, B, H, T, S)
-            mask = soft_window_mask(phi[0], phi[1], w.segment, w.mask)
+            phi_l, phi_r = self.pointers(q, keys["pk"], allowed)  # (B, H, T, S) each
+            mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
             if w.combine == "mul":
                 attn = combine_multiplicative(scores, mask, allowed, w.renorm)
             else:
                 local = (self._split(self.local_q(x)) @ keys["lk"].transpose(-1, -2)) * self.scale
                 attn = combine_additive(scores, local, mask, allowed)
             if internals is not None:
-                internals.update(mask=mask, phi_l=phi[0], phi_r=phi[1])
+                internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)
         else:
             attn = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         if internals is not None:

@@ -72,18 +72,19 @@ class BoundaryPointers(nn.Module):
 
     def keys(self, k: torch.Tensor) -> torch.Tensor:
         """k W'_l and k W'_r side by side: (B, H, S, d_h) -> (B, H, S, 2 d_h) (cacheable)."""
-        return torch.einsum("bhsd,hde->bhse", k, self.w_key)
+        return k @ self.w_key
 
-    def forward(self, q: torch.Tensor, pointer_keys: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, pointer_keys: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q (B, H, T, d_h), pointer_keys (B, H, S, 2 d_h), allowed (B|1, 1, T|1, S) bool
-        -> φ̂ (2, B, H, T, S): [φ̂_l, φ̂_r]."""
-        B, H, T, d = q.shape
-        S = pointer_keys.size(2)
-        qp = torch.einsum("bhtd,hde->bhte", q, self.w_query).view(B, H, T, 2, d)
-        kp = pointer_keys.view(B, H, S, 2, d)
-        scores = torch.einsum("bhtpd,bhspd->pbhts", qp, kp) * self.tau  # (2, B, H, T, S)
-        scores = scores.masked_fill(~allowed.unsqueeze(0), float("-inf"))
-        return torch.softmax(scores, dim=-1)
+        -> φ̂_l, φ̂_r (B, H, T, S)."""
+        d = self.head_dim
+        qp = q @ self.w_query  # (B, H, T, 2 d_h): q W_l | q W_r (batched over heads, no permute)
+        blocked = ~allowed
+        out = []
+        for side in (slice(0, d), slice(d, 2 * d)):
+            scores = (qp[..., side] @ pointer_keys[..., side].transpose(-1, -2)) * self.tau
+            out.append(torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1))
+        return out[0], out[1]
 
 
 def segment_index(n: int, segment: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,25 +109,76 @@ def cumulative(phi: torch.Tensor, segment: int = 0) -> tuple[torch.Tensor, torch
     return up_to, from_on
 
 
-def soft_window_mask(phi_l: torch.Tensor, phi_r: torch.Tensor, segment: int = 0, mask: str = "exact") -> torch.Tensor:
-    """The soft mask M (…, T, S) in [0, 1] from boundary pointers φ̂_l, φ̂_r (…, T, S)."""
+def _mask_terms(phi_l: torch.Tensor, phi_r: torch.Tensor, segment: int, mask: str):
+    """M before clamping, and the pieces it is made of (for the backward pass)."""
     f, f_back = cumulative(phi_l, segment)  # P(l <= j), P(l >= j)   (segment-level for b > 1)
     g_back, g = cumulative(phi_r, segment)  # P(r <= j), P(r >= j)
     forward = f * g  # M_fw: j in [l, r]
     backward = f_back * g_back  # M_bw: j in [r, l]
+    point_l = point_r = None
     if mask == "sum":  # the paper's literal M_fw + M_bw (reaches 2 where l = r = j)
-        return forward + backward
-    if mask == "union":
+        m = forward + backward
+    elif mask == "union":
         m = forward + backward - forward * backward
     elif mask == "exact":
         # minus P(l at j) P(r at j): φ̂ itself, or the segment's mass P(l <= j) + P(l >= j) − 1
-        if segment > 1:
-            m = forward + backward - (f + f_back - 1.0) * (g + g_back - 1.0)
-        else:
-            m = forward + backward - phi_l * phi_r
+        point_l = f + f_back - 1.0 if segment > 1 else phi_l
+        point_r = g + g_back - 1.0 if segment > 1 else phi_r
+        m = forward + backward - point_l * point_r
     else:
         raise ValueError(f"unknown window mask {mask!r} (expected one of {', '.join(MASKS)})")
-    return m.clamp(0.0, 1.0)  # only rounding can leave [0, 1]
+    return m, (f, f_back, g, g_back, forward, backward, point_l, point_r)
+
+
+def _to_pointer_grad(d_up: torch.Tensor, d_from: torch.Tensor, segment: int) -> torch.Tensor:
+    """Gradient wrt φ̂ from gradients wrt (φ̂ U, φ̂ Uᵀ) as read per key (segment ends/starts)."""
+    if segment > 1:
+        start, end = segment_index(d_up.size(-1), segment, d_up.device)
+        d_up = torch.zeros_like(d_up).index_add_(-1, end, d_up)
+        d_from = torch.zeros_like(d_from).index_add_(-1, start, d_from)
+    # Σ_{j<=i}-cumsum feeds every later key: its adjoint is the suffix sum; and vice versa
+    up_cum = d_up.cumsum(-1)
+    return (up_cum[..., -1:] - up_cum + d_up) + d_from.cumsum(-1)
+
+
+class _SoftWindowMask(torch.autograd.Function):
+    """M from φ̂_l, φ̂_r saving only φ̂_l, φ̂_r (which the pointer softmax keeps anyway): the
+    cumulative sums are recomputed in backward instead of holding ~6 extra (B, H, T, S) tensors."""
+
+    @staticmethod
+    def forward(ctx, phi_l, phi_r, segment: int, mask: str):
+        m, _ = _mask_terms(phi_l, phi_r, segment, mask)
+        ctx.save_for_backward(phi_l, phi_r)
+        ctx.segment, ctx.mask = segment, mask
+        return m if mask == "sum" else m.clamp(0.0, 1.0)  # only rounding can leave [0, 1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        phi_l, phi_r = ctx.saved_tensors
+        segment, mask = ctx.segment, ctx.mask
+        m, (f, f_back, g, g_back, fw, bw, point_l, point_r) = _mask_terms(phi_l, phi_r, segment, mask)
+        if mask != "sum":  # clamp's gradient: zero where the clamp was active
+            grad = grad * ((m >= 0) & (m <= 1)).to(grad.dtype)
+        d_fw, d_bw = (grad * (1 - bw), grad * (1 - fw)) if mask == "union" else (grad, grad)
+        d_f, d_g, d_fb, d_gb = d_fw * g, d_fw * f, d_bw * g_back, d_bw * f_back
+        direct_l = direct_r = 0.0
+        if mask == "exact":
+            d_pl, d_pr = -grad * point_r, -grad * point_l
+            if segment > 1:  # point = P(<= end) + P(>= start) − 1
+                d_f, d_fb, d_g, d_gb = d_f + d_pl, d_fb + d_pl, d_g + d_pr, d_gb + d_pr
+            else:
+                direct_l, direct_r = d_pl, d_pr
+        d_phi_l = _to_pointer_grad(d_f, d_fb, segment) + direct_l
+        d_phi_r = _to_pointer_grad(d_gb, d_g, segment) + direct_r  # g = P(r >= j) is the "from" side
+        return d_phi_l, d_phi_r, None, None
+
+
+def soft_window_mask(phi_l: torch.Tensor, phi_r: torch.Tensor, segment: int = 0, mask: str = "exact") -> torch.Tensor:
+    """The soft mask M (…, T, S) from boundary pointers φ̂_l, φ̂_r (…, T, S); in [0, 1] except
+    for mask="sum", which reaches 2 where both pointers sit on the same key (segment)."""
+    if mask not in MASKS:
+        raise ValueError(f"unknown window mask {mask!r} (expected one of {', '.join(MASKS)})")
+    return _SoftWindowMask.apply(phi_l, phi_r, segment, mask)
 
 
 def combine_multiplicative(scores: torch.Tensor, window: torch.Tensor, allowed: torch.Tensor, renorm: bool = False) -> torch.Tensor:

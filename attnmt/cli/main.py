@@ -21,11 +21,11 @@ COMMANDS = [
     "data",
     "ngram",
     "serve",
-    "eval",
     "align",
     "average",
     "analyse",
     "experiment",
+    "eval",
 ]
 
 
