@@ -28,7 +28,7 @@ from attnmt.decode.translate import Translator
 
 def chapters(data: Path, src: str, tgt: str, books: set[str]) -> OrderedDict[str, tuple[list[str], list[str]]]:
     """Chapter name -> (source verses, reference verses), in corpus order."""
-    read = lambda suffix: (data / f"test.{suffix}").read_text(encoding="utf-8").splitlines()  # noqa: E731
+    read = lambda suffix: (data / f"test.{suffix}").read_text(encoding="utf-8").splitlines()
     docs: OrderedDict[str, tuple[list[str], list[str]]] = OrderedDict()
     for key, s, t in zip(read("keys"), read(src), read(tgt)):
         book, chapter = key.split(".")[:2]

@@ -78,7 +78,7 @@ class Translator:
         self.model, self.cfg, self.src_tok, self.tgt_tok, self.device = model, cfg, src_tok, tgt_tok, device
 
     @classmethod
-    def from_run(cls, run_dir: str | Path, checkpoint: str = "best", device: str = "auto") -> "Translator":
+    def from_run(cls, run_dir: str | Path, checkpoint: str = "best", device: str = "auto") -> Translator:
         dev = resolve_device(device)
         model, cfg, src_tok, tgt_tok = load_model(run_dir, checkpoint, dev)
         return cls(model, cfg, src_tok, tgt_tok, dev)
