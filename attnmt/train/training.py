@@ -158,6 +158,7 @@ class Trainer:
         self.optimizer = make_optimizer(cfg, self.model)
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
         self.elapsed, self.best_ppl = 0.0, float("inf")
+        self.validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
         if resuming:
             self._resume()
         self.ddp = self.model
@@ -226,6 +227,7 @@ class Trainer:
             self.best_ppl = result["ppl"]
         self.log({"event": "valid", "step": self.step, "epoch": self.epoch, **result, "best": best})
         self.checkpoint(best=best)
+        self.validated = (self.step, result)
         return result
 
     # -- training ------------------------------------------------------------------------------
@@ -353,8 +355,12 @@ class Trainer:
                 continue
             break
         bar.close()
-        # a signal asks to stop now: checkpoint without the (slow) final validation
-        result = self.validate() if self.data.dev_tgt and finished != "signal" else None
+        # a signal asks to stop now: checkpoint without the (slow) final validation; a run whose
+        # last update was just validated (and checkpointed) is not validated twice
+        result = None
+        if self.data.dev_tgt and finished != "signal":
+            done = self.validated
+            result = done[1] if done is not None and done[0] == self.step else self.validate()
         if result is None:
             self.checkpoint()
         summary = {"event": "end", "reason": finished, "step": self.step, "epoch": self.epoch,
