@@ -9,7 +9,8 @@ from analysis_fixtures import make_run, stub_member
 from attnmt.cli.main import main
 from attnmt.decode.force import Member, force_attention
 from attnmt.decode.translate import Translation, load_model
-from attnmt.decode.unk_replace import load_dictionary, replace_pieces, replace_unks, translate_word
+from attnmt.data.vocab import WordTokenizer
+from attnmt.decode.unk_replace import load_dictionary, replace_pieces, replace_unks, target_rank, translate_word
 from attnmt.errors import UserError
 
 
@@ -43,6 +44,21 @@ def test_load_dictionary(tmp_path):
     f.write_text("a\tuno\nbroken line\n", encoding="utf-8")
     with pytest.raises(UserError, match=r"d.tsv:2: expected"):
         load_dictionary(str(f))
+
+
+def test_dictionary_prefers_the_translation_the_target_vocabulary_knows_best(tmp_path):
+    # the file lists candidates alphabetically, as many lexicons do
+    f = tmp_path / "d.tsv"
+    f.write_text("water\tacuarela\nwater\tagua\nwater\tregar\nlamb\tcarne de cordero\nlamb\tcordero\n"
+                 "fish\tpescado\nfish\tpez\nzeal\tcelo\n", encoding="utf-8")
+    tok = WordTokenizer.build(["el agua y el agua", "agua del cordero", "regar el pez", "el pescado"], lang="es")
+    table = load_dictionary(str(f), target_rank(tok))
+    assert table["water"] == "agua"  # known and more frequent than "regar"; "acuarela" unknown
+    assert table["lamb"] == "cordero"  # one known word over a phrase
+    assert table["fish"] in ("pescado", "pez") and tok.encode(table["fish"])[0] == min(
+        tok.encode("pescado")[0], tok.encode("pez")[0])  # the lower id = the more frequent
+    assert table["zeal"] == "celo"  # a single entry is kept even when unknown
+    assert load_dictionary(str(f))["water"] == "acuarela"  # without a vocabulary: first entry
 
 
 @pytest.mark.parametrize("reverse", [False, True])

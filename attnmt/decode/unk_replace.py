@@ -23,13 +23,17 @@ and the word-level attention is averaged over models.
 
 The copied source word has punctuation stripped from both ends ("Jehoshaphat," -> "Jehoshaphat").
 Dictionary lookup tries the word, then its lower-case form (re-capitalising the translation of a
-capitalised word); the first entry of a word in the file wins.
+capitalised word). A word with several entries gets the one the target vocabulary knows best
+(``target_rank``): a word the vocabulary has over an unknown one, fewer target tokens over more
+(single words over phrases), and among word-level entries the more frequent word (lower id);
+ties, and dictionaries read without a vocabulary, keep the file's first entry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -43,19 +47,37 @@ UNK_PIECE = "<unk>"
 _PUNCT = string.punctuation + "“”‘’«»¿¡…"
 
 
-def load_dictionary(path: str) -> dict[str, str]:
-    """A bilingual word list, one ``source<TAB>target`` pair per line (first entry wins)."""
+def target_rank(tgt_tok: Tokenizer) -> Callable[[str], tuple]:
+    """Sort key of a candidate translation under the model's target vocabulary (lower = better):
+    (contains <unk>, number of tokens, largest token id). Word-level vocabularies are sorted by
+    training frequency, so the id ranks known words by frequency; for subwords, fewer pieces
+    mean a more frequent word."""
+    unk = tgt_tok.encode_pieces([UNK_PIECE])[0]
+
+    def rank(phrase: str) -> tuple:
+        ids = tgt_tok.encode(phrase)
+        return (unk in ids, len(ids), max(ids, default=0))
+
+    return rank
+
+
+def load_dictionary(path: str, rank: Callable[[str], tuple] | None = None) -> dict[str, str]:
+    """A bilingual word list, one ``source<TAB>target`` pair per line. A source word with several
+    entries maps to the best under ``rank`` (e.g. ``target_rank(tgt_tok)``), else the first."""
     from attnmt.data.corpus import read_lines
 
-    table: dict[str, str] = {}
+    candidates: dict[str, list[str]] = {}
     for number, line in enumerate(read_lines(path), start=1):
         if not line.strip() or line.startswith("#"):
             continue
         cols = line.split("\t")
         if len(cols) != 2 or not cols[0].strip() or not cols[1].strip():
             raise UserError("expected 'source<TAB>target'", path, number)
-        table.setdefault(cols[0].strip(), cols[1].strip())
-    return table
+        candidates.setdefault(cols[0].strip(), []).append(cols[1].strip())
+    if rank is None:
+        return {word: options[0] for word, options in candidates.items()}
+    # min() keeps the first of equally ranked entries
+    return {word: min(options, key=rank) if len(options) > 1 else options[0] for word, options in candidates.items()}
 
 
 def translate_word(word: str, dictionary: dict[str, str] | None) -> tuple[str, bool]:
@@ -164,7 +186,8 @@ def replace_unks_cli(translator, lines: list[str], results: list[list[Translatio
 
     from attnmt.decode.ensemble import members_of
 
-    dictionary = load_dictionary(dict_path) if dict_path else None
-    results, stats = replace_unks(members_of(translator), lines, results, dictionary, timing)
+    members = members_of(translator)
+    dictionary = load_dictionary(dict_path, target_rank(members[0].tgt_tok)) if dict_path else None
+    results, stats = replace_unks(members, lines, results, dictionary, timing)
     print(f"attnmt: {stats.summary()}", file=sys.stderr)
     return results

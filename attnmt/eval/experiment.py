@@ -172,7 +172,7 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     dictionary) and with the paper's attention timing (attnmt.decode.force)."""
     from attnmt.cli.score import model_perplexity
     from attnmt.decode.ensemble import load_translator, members_of
-    from attnmt.decode.unk_replace import load_dictionary, replace_unks
+    from attnmt.decode.unk_replace import load_dictionary, replace_unks, target_rank
     from attnmt.eval.scoring import score_all
 
     translator = load_translator([str(r) for r in runs], "best", "auto")
@@ -194,7 +194,7 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
         if s.dictionary:
             copied, _ = replace_unks(members, src, results, None)
             result["bleu_copy_only"] = score_all(first(copied), ref, s.tgt)["bleu"]
-        dictionary = load_dictionary(s.dictionary) if s.dictionary else None
+        dictionary = load_dictionary(s.dictionary, target_rank(members[0].tgt_tok)) if s.dictionary else None
         paper, _ = replace_unks(members, src, results, dictionary, timing="paper")
         result["bleu_paper_timing"] = score_all(first(paper), ref, s.tgt)["bleu"]
         results, stats = replace_unks(members, src, results, dictionary)
