@@ -7,10 +7,16 @@ import torch
 from analysis_fixtures import make_run, stub_member
 
 from attnmt.cli.main import main
+from attnmt.data.vocab import WordTokenizer
 from attnmt.decode.force import Member, force_attention
 from attnmt.decode.translate import Translation, load_model
-from attnmt.data.vocab import WordTokenizer
-from attnmt.decode.unk_replace import load_dictionary, replace_pieces, replace_unks, target_rank, translate_word
+from attnmt.decode.unk_replace import (
+    load_dictionary,
+    replace_pieces,
+    replace_unks,
+    target_rank,
+    translate_word,
+)
 from attnmt.errors import UserError
 
 
