@@ -106,9 +106,35 @@ def test_pointers_exclude_padding_and_future():
     key_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
     causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
     allowed = key_mask[:, None, None, :] & causal[None, None]
-    phi = torch.stack(ptr(q, ptr.keys(k), allowed))  # (2, B, H, T, S)
+    phi = torch.stack(ptr(q, k, allowed))  # (2, B, H, T, S)
     assert torch.all(phi[:, ~allowed.expand(2, 2, 5, 5)] == 0)
     torch.testing.assert_close(phi.sum(-1), torch.ones(2, 2, 2, 5))
+
+
+def test_pointers_match_the_bilinear_definition_with_gradients():
+    """φ̂_side = softmax(q W_side (k W'_side)ᵀ τ) per head, computed naively, against the folded
+    q (W W'ᵀ) kᵀ form; values and gradients wrt q, k, W, W' agree."""
+    torch.manual_seed(0)
+    H, d, T, S = 3, 4, 5, 6
+    ptr = BoundaryPointers(heads=H, head_dim=d).double()
+    q = torch.randn(2, H, T, d, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, H, S, d, dtype=torch.float64, requires_grad=True)
+    allowed = torch.tensor([[True] * S, [True] * 4 + [False] * 2])[:, None, None, :]
+    weight = torch.randn(2, 2, H, T, S, dtype=torch.float64)
+    got = torch.stack(ptr(q, k, allowed))
+    want = []
+    for side in range(2):
+        rows = []
+        for h in range(H):
+            wq, wk = ptr.w_query[h, :, side * d : (side + 1) * d], ptr.w_key[h, :, side * d : (side + 1) * d]
+            scores = (q[:, h] @ wq) @ (k[:, h] @ wk).transpose(-1, -2) * ptr.tau
+            rows.append(torch.softmax(scores.masked_fill(~allowed[:, 0], float("-inf")), -1))
+        want.append(torch.stack(rows, 1))
+    want = torch.stack(want)
+    torch.testing.assert_close(got, want)
+    params = (q, k, ptr.w_query, ptr.w_key)
+    for a, b in zip(torch.autograd.grad((got * weight).sum(), params), torch.autograd.grad((want * weight).sum(), params)):
+        torch.testing.assert_close(a, b)
 
 
 def _attention(variant, d=16, heads=4, segment=2):

@@ -100,10 +100,8 @@ class MultiHeadAttention(nn.Module):
         """Everything attention needs from the key side: (B, S, D) -> dict of (B, H, S, ·)."""
         k = self._split(self.k(x))
         keys = {"k": k, "v": self._split(self.v(x))}
-        if self.window is not None:  # cached even when switched off, so caches keep one layout
-            keys["pk"] = self.pointers.keys(k)  # k W'_l | k W'_r
-            if self.window.combine == "add":
-                keys["lk"] = self._split(self.local_k(x))  # K_L
+        if self.window is not None and self.window.combine == "add":  # cached even when switched off
+            keys["lk"] = self._split(self.local_k(x))  # K_L (the pointers use k itself)
         return keys
 
     # -- attention ------------------------------------------------------------------------------
@@ -147,7 +145,7 @@ class MultiHeadAttention(nn.Module):
             scores = scores + self.localness.bias(q, visible, S)
         if self._windowed:
             w = self.window
-            phi_l, phi_r = self.pointers(q, keys["pk"], allowed)  # (B, H, T, S) each
+            phi_l, phi_r = self.pointers(q, k, allowed)  # (B, H, T, S) each
             mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
             if w.combine == "mul":
                 attn = combine_multiplicative(scores, mask, allowed, w.renorm)

@@ -25,8 +25,10 @@
 
    Segment-based masks (segment size b) replace U by U_seg with U_seg[i, :] = U[b⌊i/b⌋, :], so a
    segment's tokens share one mask value: φ̂ U_seg at key j is the pointer mass up to the *end* of
-   j's segment and φ̂ U_segᵀ the mass from the *start* of j's segment on. Both (and the token
-   case) are cumulative sums gathered at segment ends/starts: O(n) per query, no n×n×n tensor.
+   j's segment and φ̂ U_segᵀ the mass from the *start* of j's segment on. These are the prefix
+   and suffix sums of the segment masses P = φ̂ E (E: the key-to-segment 0/1 matrix), so a segment
+   mask is the token mask of P spread over each segment's keys. Everything is cumulative sums:
+   O(n) per query (O(n/b) for segments), no n×n×n tensor.
 
 3. Combiner.
        multiplicative:  A = softmax(QKᵀ/√d) ⊙ M                  (optionally renormalised)
@@ -34,7 +36,7 @@
 
 Incremental decoding: with future keys excluded from the pointers, φ̂ is 0 beyond the query, so the
 cumulative sums over the first t+1 keys equal those over the full sequence (segment ends are
-clamped to the last visible key). A step therefore only needs the cached pointer keys.
+clamped to the last visible key). A step therefore only needs the cached keys.
 """
 
 from __future__ import annotations
@@ -58,7 +60,12 @@ class WindowOptions:
 
 
 class BoundaryPointers(nn.Module):
-    """φ̂_l, φ̂_r per head: two bilinear pointer distributions over the keys."""
+    """φ̂_l, φ̂_r per head: two bilinear pointer distributions over the keys.
+
+    q W_l (k W'_l)ᵀ = q (W_l W'_lᵀ) kᵀ: the d_h × d_h product A_l = W_l W'_lᵀ (and A_r) is formed
+    once per call, so the pointers need one projection of the queries, q [A_l | A_r] τ, and one
+    product with the attention's own keys for both sides — no projection of the keys (and nothing
+    extra to cache while decoding). The parameters stay W and W' (same model, same gradients)."""
 
     def __init__(self, heads: int, head_dim: int, temperature: float = 0.0):
         super().__init__()
@@ -70,21 +77,25 @@ class BoundaryPointers(nn.Module):
         for w in (self.w_query, self.w_key):
             nn.init.normal_(w, std=1.0 / math.sqrt(head_dim))
 
-    def keys(self, k: torch.Tensor) -> torch.Tensor:
-        """k W'_l and k W'_r side by side: (B, H, S, d_h) -> (B, H, S, 2 d_h) (cacheable)."""
-        return k @ self.w_key
+    def bilinear(self) -> torch.Tensor:
+        """τ [W_l W'_lᵀ | W_r W'_rᵀ]: (H, d_h, 2 d_h)."""
+        H, d = self.heads, self.head_dim
+        w = self.w_query.view(H, d, 2, d).transpose(1, 2)  # (H, 2, d, d): W_l, W_r
+        w_key_t = self.w_key.view(H, d, 2, d).permute(0, 2, 3, 1)  # (H, 2, d, d): W'_lᵀ, W'_rᵀ
+        return ((w @ w_key_t) * self.tau).transpose(1, 2).reshape(H, d, 2 * d)
 
-    def forward(self, q: torch.Tensor, pointer_keys: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q (B, H, T, d_h), pointer_keys (B, H, S, 2 d_h), allowed (B|1, 1, T|1, S) bool
-        -> φ̂_l, φ̂_r (B, H, T, S)."""
-        d = self.head_dim
-        qp = q @ self.w_query  # (B, H, T, 2 d_h): q W_l | q W_r (batched over heads, no permute)
-        blocked = ~allowed
-        out = []
-        for side in (slice(0, d), slice(d, 2 * d)):
-            scores = (qp[..., side] @ pointer_keys[..., side].transpose(-1, -2)) * self.tau
-            out.append(torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1))
-        return out[0], out[1]
+    def forward(self, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (B, H, T, d_h) queries, k (B, H, S, d_h) the attention's keys, allowed (B|1, 1, T|1, S)
+        bool -> φ̂_l, φ̂_r (B, H, T, S)."""
+        B, H, T, d = q.shape
+        S = k.size(2)
+        # einsum batches over heads ((B T) × d_h by d_h × 2 d_h each): cheaper than a matmul
+        # broadcast over B, whose weight gradient is a sum over B
+        qa = torch.einsum("bhtd,hde->bhte", q, self.bilinear()).reshape(B, H, 2 * T, d)  # rows (t, side)
+        scores = (qa @ k.transpose(-1, -2)).view(B, H, T, 2, S)
+        scores = scores.masked_fill(~allowed.unsqueeze(-2), float("-inf"))
+        phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
+        return phi_l, phi_r
 
 
 def segment_index(n: int, segment: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,36 +120,63 @@ def cumulative(phi: torch.Tensor, segment: int = 0) -> tuple[torch.Tensor, torch
     return up_to, from_on
 
 
-def _mask_terms(phi_l: torch.Tensor, phi_r: torch.Tensor, segment: int, mask: str):
-    """M before clamping, and the pieces it is made of (for the backward pass)."""
-    f, f_back = cumulative(phi_l, segment)  # P(l <= j), P(l >= j)   (segment-level for b > 1)
-    g_back, g = cumulative(phi_r, segment)  # P(r <= j), P(r >= j)
+def _segment_matrix(n: int, segment: int, like: torch.Tensor) -> torch.Tensor:
+    """E (n, ⌈n/b⌉) with E[j, s] = 1 when key j lies in segment s (the last may be shorter)."""
+    j = torch.arange(n, device=like.device)
+    return (j[:, None] // segment == torch.arange(-(-n // segment), device=like.device)).to(like.dtype)
+
+
+def segment_mass(x: torch.Tensor, segment: int) -> torch.Tensor:
+    """(…, n) -> (…, ⌈n/b⌉): the sum over each segment's keys (x E: one small matrix product,
+    cheaper than padding and summing groups of b)."""
+    return x @ _segment_matrix(x.size(-1), segment, x)
+
+
+def expand_segments(x: torch.Tensor, segment: int, n: int) -> torch.Tensor:
+    """(…, ⌈n/b⌉) -> (…, n): every key takes its segment's value (x Eᵀ; exact: one 1 per row)."""
+    return x @ _segment_matrix(n, segment, x).t()
+
+
+# Segment-based masks. Reading φ̂'s prefix sum at the end of j's segment is the prefix sum of the
+# segment masses P (the pointer's probability of landing in each segment) up to j's segment, and the
+# suffix sum from its start likewise; P(l in j's segment) = f + f' − 1 is P itself. So a segment
+# mask is the token mask of the segment masses, spread over the segment's keys: the cumulative sums,
+# products and their backward run on ⌈n/b⌉ columns instead of n (b times less work).
+
+
+def _mask_terms(phi_l: torch.Tensor, phi_r: torch.Tensor, mask: str):
+    """Token-level M before clamping, and the pieces it is made of (for the backward pass)."""
+    f, f_back = cumulative(phi_l)  # P(l <= j), P(l >= j)
+    g_back, g = cumulative(phi_r)  # P(r <= j), P(r >= j)
     forward = f * g  # M_fw: j in [l, r]
     backward = f_back * g_back  # M_bw: j in [r, l]
-    point_l = point_r = None
     if mask == "sum":  # the paper's literal M_fw + M_bw (reaches 2 where l = r = j)
         m = forward + backward
     elif mask == "union":
         m = forward + backward - forward * backward
     elif mask == "exact":
-        # minus P(l at j) P(r at j): φ̂ itself, or the segment's mass P(l <= j) + P(l >= j) − 1
-        point_l = f + f_back - 1.0 if segment > 1 else phi_l
-        point_r = g + g_back - 1.0 if segment > 1 else phi_r
-        m = forward + backward - point_l * point_r
+        m = forward + backward - phi_l * phi_r  # minus P(l at j) P(r at j)
     else:
         raise ValueError(f"unknown window mask {mask!r} (expected one of {', '.join(MASKS)})")
-    return m, (f, f_back, g, g_back, forward, backward, point_l, point_r)
+    return m, (f, f_back, g, g_back, forward, backward)
 
 
-def _to_pointer_grad(d_up: torch.Tensor, d_from: torch.Tensor, segment: int) -> torch.Tensor:
-    """Gradient wrt φ̂ from gradients wrt (φ̂ U, φ̂ Uᵀ) as read per key (segment ends/starts)."""
-    if segment > 1:
-        start, end = segment_index(d_up.size(-1), segment, d_up.device)
-        d_up = torch.zeros_like(d_up).index_add_(-1, end, d_up)
-        d_from = torch.zeros_like(d_from).index_add_(-1, start, d_from)
-    # Σ_{j<=i}-cumsum feeds every later key: its adjoint is the suffix sum; and vice versa
-    up_cum = d_up.cumsum(-1)
-    return (up_cum[..., -1:] - up_cum + d_up) + d_from.cumsum(-1)
+def _mask_backward(grad: torch.Tensor, phi_l: torch.Tensor, phi_r: torch.Tensor, mask: str):
+    """Gradients wrt φ̂_l, φ̂_r of the token-level mask, given the gradient wrt M."""
+    m, (f, f_back, g, g_back, fw, bw) = _mask_terms(phi_l, phi_r, mask)
+    if mask != "sum":  # clamp's gradient: zero where the clamp was active
+        grad = grad * ((m >= 0) & (m <= 1)).to(grad.dtype)
+    d_fw, d_bw = (grad * (1 - bw), grad * (1 - fw)) if mask == "union" else (grad, grad)
+    # f = φ̂ U feeds keys j >= i (adjoint: suffix sum), f' = φ̂ Uᵀ feeds keys j <= i (prefix sum):
+    # d φ̂_i = Σ_{j>=i} d_f[j] + Σ_{j<=i} d_f'[j] = Σ d_f + cumsum(d_f' − d_f)_i + d_f[i]
+    d_f, d_fb = d_fw * g, d_bw * g_back
+    d_phi_l = d_f.sum(-1, keepdim=True) + (d_fb - d_f).cumsum(-1) + d_f
+    d_gb, d_g = d_bw * f_back, d_fw * f  # g' = φ̂_r U ("up to"), g = φ̂_r Uᵀ ("from")
+    d_phi_r = d_gb.sum(-1, keepdim=True) + (d_g - d_gb).cumsum(-1) + d_gb
+    if mask == "exact":
+        d_phi_l = d_phi_l - grad * phi_r
+        d_phi_r = d_phi_r - grad * phi_l
+    return d_phi_l, d_phi_r
 
 
 class _SoftWindowMask(torch.autograd.Function):
@@ -147,29 +185,24 @@ class _SoftWindowMask(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, phi_l, phi_r, segment: int, mask: str):
-        m, _ = _mask_terms(phi_l, phi_r, segment, mask)
         ctx.save_for_backward(phi_l, phi_r)
-        ctx.segment, ctx.mask = segment, mask
-        return m if mask == "sum" else m.clamp(0.0, 1.0)  # only rounding can leave [0, 1]
+        ctx.segment, ctx.mask, n = segment, mask, phi_l.size(-1)
+        if segment > 1:
+            phi_l, phi_r = segment_mass(phi_l, segment), segment_mass(phi_r, segment)
+        m, _ = _mask_terms(phi_l, phi_r, mask)
+        if mask != "sum":
+            m = m.clamp(0.0, 1.0)  # only rounding can leave [0, 1]
+        return expand_segments(m, segment, n) if segment > 1 else m
 
     @staticmethod
     def backward(ctx, grad):
         phi_l, phi_r = ctx.saved_tensors
-        segment, mask = ctx.segment, ctx.mask
-        m, (f, f_back, g, g_back, fw, bw, point_l, point_r) = _mask_terms(phi_l, phi_r, segment, mask)
-        if mask != "sum":  # clamp's gradient: zero where the clamp was active
-            grad = grad * ((m >= 0) & (m <= 1)).to(grad.dtype)
-        d_fw, d_bw = (grad * (1 - bw), grad * (1 - fw)) if mask == "union" else (grad, grad)
-        d_f, d_g, d_fb, d_gb = d_fw * g, d_fw * f, d_bw * g_back, d_bw * f_back
-        direct_l = direct_r = 0.0
-        if mask == "exact":
-            d_pl, d_pr = -grad * point_r, -grad * point_l
-            if segment > 1:  # point = P(<= end) + P(>= start) − 1
-                d_f, d_fb, d_g, d_gb = d_f + d_pl, d_fb + d_pl, d_g + d_pr, d_gb + d_pr
-            else:
-                direct_l, direct_r = d_pl, d_pr
-        d_phi_l = _to_pointer_grad(d_f, d_fb, segment) + direct_l
-        d_phi_r = _to_pointer_grad(d_gb, d_g, segment) + direct_r  # g = P(r >= j) is the "from" side
+        segment, n = ctx.segment, phi_l.size(-1)
+        if segment > 1:  # a segment's keys share one value: its gradient is their sum
+            phi_l, phi_r, grad = (segment_mass(t, segment) for t in (phi_l, phi_r, grad))
+        d_phi_l, d_phi_r = _mask_backward(grad, phi_l, phi_r, ctx.mask)
+        if segment > 1:  # every key of a segment adds to its mass alike
+            d_phi_l, d_phi_r = expand_segments(d_phi_l, segment, n), expand_segments(d_phi_r, segment, n)
         return d_phi_l, d_phi_r, None, None
 
 
