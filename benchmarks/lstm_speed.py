@@ -9,7 +9,8 @@ teacher-forced logits agree to float rounding, beam outputs agree).
 
     train   forward (teacher forcing) + loss + backward + gradient-norm clipping (5) + Adam step on
             batches of 64 synthetic pairs, source and target lengths uniform in 25..35, dropout on.
-            Ours: Seq2Seq + token_loss + clip_grad_norm_ + torch.optim.Adam, as Trainer.train_step.
+            Ours: Seq2Seq.token_loss (the output layer on non-padding positions only) +
+            clip_grad_norm_ + torch.optim.Adam, as Trainer.train_step does for a plain Seq2Seq.
             Theirs: NMTModel.forward + onmt.utils.loss.LossCompute (CrossEntropyLoss, sum) +
             onmt.utils.Optimizer (Adam, max_grad_norm 5), as onmt.trainer does per batch.
             Reported in target tokens (</s> included, padding not) per second.
@@ -56,7 +57,6 @@ from attnmt.data.batching import Batch, collate
 from attnmt.data.vocab import BOS, EOS, PAD, UNK
 from attnmt.decode.search import beam_search
 from attnmt.models.seq2seq import Seq2Seq
-from attnmt.train.training import token_loss
 
 ONMT_UNUSED_DEPS = ("pyonmttok", "spacy", "ahocorasick", "rapidfuzz", "fasttext")
 
@@ -181,8 +181,7 @@ def make_ours_train(model: Seq2Seq, a):
 
     def step(b: Batch) -> int:  # Trainer.train_step with one batch, loss per token
         opt.zero_grad(set_to_none=True)
-        logits, _ = model(b.src, b.src_lengths, b.tgt_in)
-        loss = token_loss(logits, b.tgt_out)
+        loss = model.token_loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out)
         (loss / b.target_tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()

@@ -137,6 +137,19 @@ class LuongDecoder(nn.Module):
         start: the absolute index of the first step (local-m's p_t = t).
         Returns logits (B, T, V), the new state, and attention weights (B, T, S) or None.
         """
+        features, new_state, weights = self.features(tgt_in, state, memory, start, need_weights)
+        return self.W_s(features), new_state, weights
+
+    def features(
+        self,
+        tgt_in: torch.Tensor,
+        state: dict[str, torch.Tensor],
+        memory: Memory | None,
+        start: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+        """``forward`` up to the output layer: returns the input of W_s, h̃_t after dropout
+        (B, T, H), instead of the logits (a loss can then apply W_s to some positions only)."""
         T = tgt_in.size(1)
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         positions = torch.arange(start, start + T, device=tgt_in.device)
@@ -170,7 +183,5 @@ class LuongDecoder(nn.Module):
             h_tilde = torch.stack(outputs, dim=1)  # (B, T, H), dropout already applied
             weights = torch.cat(all_weights, dim=1) if all_weights else None
             new_state = {"h": torch.stack(h, 1), "c": torch.stack(c, 1), "feed": feed}
-            logits = self.W_s(h_tilde)
-            return logits, new_state, (weights if need_weights else None)
-        logits = self.W_s(self.dropout(h_tilde))  # (B, T, V)
-        return logits, new_state, (weights if need_weights else None)
+            return h_tilde, new_state, (weights if need_weights else None)
+        return self.dropout(h_tilde), new_state, (weights if need_weights else None)

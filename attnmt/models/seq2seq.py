@@ -15,11 +15,13 @@ search use without knowing the architecture:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention import build_attention
 from attnmt.attention.base import Memory
 from attnmt.config import ModelConfig
+from attnmt.data.vocab import PAD
 from attnmt.models.common import init_uniform_, lengths_to_mask
 from attnmt.models.decoders import LuongDecoder
 from attnmt.models.encoders import LSTMEncoder
@@ -75,6 +77,28 @@ class Seq2Seq(nn.Module):
         memory = enc["memory"] if self.has_attention else None
         logits, _, weights = self.decoder(tgt_in, self.init_state(enc), memory, 0, need_weights)
         return logits, weights
+
+    def token_loss(
+        self,
+        src: torch.Tensor,
+        src_lengths: torch.Tensor,
+        tgt_in: torch.Tensor,
+        tgt_out: torch.Tensor,
+        smoothing: float = 0.0,
+    ) -> torch.Tensor:
+        """``train.training.token_loss(self(src, src_lengths, tgt_in)[0], tgt_out, smoothing)``,
+        the summed cross-entropy over non-padding targets, with the output layer W_s applied to
+        the non-padding positions only (a padded batch's padding rows cost a full softmax layer
+        each otherwise; float64 logits are not cast down). The trainer calls it when the model's
+        class defines it."""
+        enc = self.encode(src, src_lengths)
+        memory = enc["memory"] if self.has_attention else None
+        features, _, _ = self.decoder.features(tgt_in, self.init_state(enc), memory, 0, False)
+        keep = tgt_out != PAD  # (B, T)
+        logits = self.decoder.W_s(features[keep])  # (N, V)
+        if logits.dtype in (torch.float16, torch.bfloat16):  # AMP: the loss in float32
+            logits = logits.float()
+        return F.cross_entropy(logits, tgt_out[keep], reduction="sum", label_smoothing=smoothing)
 
     def step(
         self,

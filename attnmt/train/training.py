@@ -261,17 +261,30 @@ class Trainer:
         total_loss, total_tokens = 0.0, 0
         classify = self.cfg.task == "classify"  # classify: one label per sentence, mean per sentence
         norm = sum(b.target_tokens if t.loss_norm == "tokens" and not classify else b.src.size(0) for b in batches)
+        # A model class may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal
+        # to token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). Looked up on
+        # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
+        # would skip their own forward. Not under DDP, whose forward must see every batch.
+        fused_loss = getattr(type(self.model), "token_loss", None)
+        if classify or self.ddp is not self.model:
+            fused_loss = None
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
             sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
             with sync(), self.autocast():
-                logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
-                if classify:
-                    from attnmt.models.classifier import classification_loss
-
-                    loss = classification_loss(logits, batch, t.label_smoothing)
+                if fused_loss is not None:
+                    loss = fused_loss(
+                        self.model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out,
+                        t.label_smoothing,
+                    )
                 else:
-                    loss = token_loss(logits, batch.tgt_out, t.label_smoothing)
+                    logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
+                    if classify:
+                        from attnmt.models.classifier import classification_loss
+
+                        loss = classification_loss(logits, batch, t.label_smoothing)
+                    else:
+                        loss = token_loss(logits, batch.tgt_out, t.label_smoothing)
             self.scaler.scale(loss / norm).backward()
             total_loss += float(loss.detach())
             total_tokens += batch.src.size(0) if classify else batch.target_tokens
