@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from tensor_probes import LargestTensor
 
 from attnmt.attention import GlobalAttention, LocalAttention, build_attention, local_attention
 from attnmt.attention.local_attention import WindowDot, WindowSum
@@ -144,21 +144,6 @@ def test_memory_select_for_beam_search():
     torch.testing.assert_close(w_sel, w_all[index])
 
 
-class _LargestTensor(TorchDispatchMode):
-    """Records the largest tensor any aten op produces."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("chunk", [1 << 20, 7])  # one chunk; one window row per chunk
 def test_window_products_gradcheck(monkeypatch, chunk):
     monkeypatch.setattr(local_attention, "CHUNK_ELEMENTS", chunk)
@@ -202,7 +187,7 @@ def test_no_tensor_grows_with_target_times_source(mode):
     query = torch.randn(B, T, d, requires_grad=True)
     mask = torch.ones(B, S, dtype=torch.bool)
     att = LocalAttention(mode, "general", d, d, window=D)
-    with _LargestTensor() as probe:
+    with LargestTensor() as probe:
         context, _ = att(query, att.prepare(values, mask), torch.arange(T), need_weights=False)
         context.sum().backward()
     # the biggest thing touched is dL/dh̄ (B, S, d), the size of the encoder states themselves;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from tensor_probes import LargestTensor
 
 from attnmt.attention.localness import GaussianLocalness
 from attnmt.attention.multihead import MultiHeadAttention, window_options
@@ -271,25 +271,12 @@ def test_localness_adds_the_gaussian_bias():
     assert torch.equal(bias.argmax(-1), (j - centre).abs().argmin(-1))
 
 
-class _LargestTensor(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("variant", WINDOWS)
 def test_no_cubic_tensors(variant):
     att = _attention(variant, d=8, heads=2, segment=3)
     n = 40
     x = torch.randn(1, n, 8)
-    with _LargestTensor() as probe:
+    with LargestTensor() as probe:
         att(x, att.project_keys(x), need_weights=True)
     assert probe.largest <= 2 * 2 * n * n  # the two pointer distributions, never n³
 
