@@ -40,7 +40,7 @@ NMT = [  # (name, config, extra --set overrides), in priority order
     ("window-mul", "configs/window-mul.yaml", []),
     ("window-add-seg-all", "configs/window-add-seg.yaml", ["model.attention_layers=0"]),
 ]
-LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add"]
+LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
 CLS_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
 
 
@@ -57,8 +57,14 @@ def _log(run: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def train(run: Path, config: str, steps: int, overrides: list[str]) -> dict:
+def run_dir(group: str, name: str, seed: int) -> Path:
+    """Seed 1 (the configs' default) keeps the plain name; other seeds get a ``-seedN`` suffix."""
+    return EXP / group / (name if seed == 1 else f"{name}-seed{seed}")
+
+
+def train(run: Path, config: str, steps: int, overrides: list[str], seed: int = 1) -> dict:
     """Train (or resume an interrupted run) up to ``steps`` updates; summary of its log."""
+    overrides = [*overrides, f"train.seed={seed}"]
     done = any(r.get("event") == "end" and r["step"] >= steps for r in _log(run))
     if not done:
         resume = (run / "checkpoints" / "LAST").exists()
@@ -82,10 +88,11 @@ def nmt(args) -> None:
     for name, config, overrides in NMT:
         if args.only and name not in args.only:
             continue
-        run = EXP / "nmt" / name
+        run = run_dir("nmt", name, args.seed)
         if (run / "result.json").exists():
             continue
-        result = {"name": name, "config": config, "overrides": overrides, **train(run, config, args.steps, overrides)}
+        result = {"name": name, "seed": args.seed, "config": config, "overrides": overrides,
+                  **train(run, config, args.steps, overrides, args.seed)}
         hyp = run / "test.hyp"
         cmd = [sys.executable, "-m", "attnmt", "translate", "--model", str(run), "--input", f"{BIBLE}/test.en",
                "--output", str(hyp), "--beam", "4", "--batch-size", "64", "--device", "cpu"]
@@ -102,13 +109,14 @@ def lm(args) -> None:
     for variant in LM_VARIANTS:
         if args.only and variant not in args.only:
             continue
-        run = EXP / "lm" / variant
+        run = run_dir("lm", variant, args.seed)
         if (run / "result.json").exists():
             continue
         overrides = ["task=lm", f"data.train={BIBLE}/train.en", f"data.dev={BIBLE}/dev.en",
                      "data.tokenizer=bpe", "data.tgt_vocab_size=4000", "data.max_len=60",
                      f"model.dec_self_attention={variant}", "model.attention_layers=2"]
-        result = {"name": variant, **train(run, "configs/transformer.yaml", args.steps, overrides)}
+        result = {"name": variant, "seed": args.seed,
+                  **train(run, "configs/transformer.yaml", args.steps, overrides, args.seed)}
         out = subprocess.run([sys.executable, "-m", "attnmt", "score", "--model", str(run), "--ref",
                               f"{BIBLE}/test.en", "--json"], check=True, env=ENV, capture_output=True, text=True).stdout
         result["test"] = json.loads(out)
@@ -146,7 +154,7 @@ def classify(args) -> None:
         for variant in CLS_VARIANTS:
             if args.only and variant not in args.only:
                 continue
-            run = EXP / "classify" / task / variant
+            run = run_dir(f"classify/{task}", variant, args.seed)
             if (run / "result.json").exists():
                 continue
             overrides = ["task=classify", f"data.train={data}/train.tsv", f"data.dev={data}/dev.tsv",
@@ -154,7 +162,8 @@ def classify(args) -> None:
                          "data.src_vocab_size=4000", "data.max_len=60", "train.batch_size=64",
                          "train.batch_by=sents", "train.label_smoothing=0.0", "train.valid_every=100",
                          f"model.enc_self_attention={variant}", "model.attention_layers=2"]
-            result = {"task": task, "name": variant, **train(run, "configs/transformer.yaml", args.steps, overrides)}
+            result = {"task": task, "name": variant, "seed": args.seed,
+                      **train(run, "configs/transformer.yaml", args.steps, overrides, args.seed)}
             out = subprocess.run([sys.executable, "-m", "attnmt", "analyse", "classify", "--model", str(run),
                                   "--input", f"{data}/test.tsv", "--json"], check=True, env=ENV,
                                  capture_output=True, text=True).stdout
@@ -164,29 +173,48 @@ def classify(args) -> None:
 
 
 def report(args) -> None:
-    """Markdown tables of every finished run (for docs/results/window_attention.md)."""
-    def rows(group: str) -> list[dict]:
-        return [json.loads(p.read_text()) for p in sorted((EXP / group).glob("**/result.json"))]
+    """Markdown tables of every finished run (for docs/results/window_attention.md).
 
-    print("| NMT run | params | dev ppl | test BLEU | BLEU (tok) | chrF |\n|---|---|---|---|---|---|")
-    for r in sorted(rows("nmt"), key=lambda r: [n for n, _, _ in NMT].index(r["name"])):
-        print(f"| {r['name']} | {r['params'] / 1e6:.2f} M | {r['dev_ppl']:.1f} | {r['bleu']:.2f} | "
-              f"{r['bleu_tok']:.2f} | {r['chrf']:.1f} |")
-    print("\n| LM (dec. self-attn) | params | dev ppl | test ppl |\n|---|---|---|---|")
-    for r in sorted(rows("lm"), key=lambda r: LM_VARIANTS.index(r["name"])):
-        print(f"| {r['name']} | {r['params'] / 1e6:.2f} M | {r['dev_ppl']:.1f} | {r['test']['ppl']:.1f} |")
+    Runs of several seeds are averaged; the seed column says how many, and ``±`` is the spread
+    (max - min) / 2 of the main metric, so one-seed differences can be read against it.
+    """
+    def rows(group: str) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted((EXP / group).glob("*/result.json"))]
+
+    def by_name(results: list[dict], order: list[str]) -> list[tuple[str, list[dict]]]:
+        names = sorted({r["name"] for r in results}, key=order.index)
+        return [(n, [r for r in results if r["name"] == n]) for n in names]
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs)
+
+    def spread(xs: list[float], scale: float = 1.0, fmt: str = ".2f") -> str:
+        return f" ± {(max(xs) - min(xs)) / 2 * scale:{fmt}}" if len(xs) > 1 else ""
+
+    print("| NMT run | seeds | params | dev ppl | test BLEU | BLEU (tok) | chrF |\n|---|---|---|---|---|---|---|")
+    for name, rs in by_name(rows("nmt"), [n for n, _, _ in NMT]):
+        bleu = [r["bleu"] for r in rs]
+        print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
+              f"{mean(bleu):.2f}{spread(bleu)} | {mean([r['bleu_tok'] for r in rs]):.2f} | "
+              f"{mean([r['chrf'] for r in rs]):.1f} |")
+    print("\n| LM (dec. self-attn) | seeds | params | dev ppl | test ppl |\n|---|---|---|---|---|")
+    for name, rs in by_name(rows("lm"), LM_VARIANTS):
+        ppl = [r["test"]["ppl"] for r in rs]
+        print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
+              f"{mean(ppl):.1f}{spread(ppl, fmt='.1f')} |")
     for task in ("agreement", "domains"):
-        results = sorted(rows(f"classify/{task}"), key=lambda r: CLS_VARIANTS.index(r["name"]))
+        results = by_name(rows(f"classify/{task}"), CLS_VARIANTS)
         if not results:
             continue
-        groups = sorted({g for r in results for g in r["test"]["by_group"]}, key=lambda g: (len(g), g))
-        head = " | ".join(f"{g} attr." for g in groups) if task == "agreement" else ""
-        print(f"\n| {task} (enc. self-attn) | dev acc. | test acc. |" + (f" {head} |" if head else ""))
-        print("|---|---|---|" + "---|" * (len(groups) if head else 0))
-        for r in results:
-            cells = " | ".join(f"{r['test']['by_group'][g]['accuracy'] * 100:.1f}" for g in groups) if head else ""
-            print(f"| {r['name']} | {r['dev_accuracy'] * 100:.1f} | {r['test']['accuracy'] * 100:.1f} |"
-                  + (f" {cells} |" if cells else ""))
+        groups = sorted({g for _, rs in results for r in rs for g in r["test"]["by_group"]}, key=lambda g: (len(g), g))
+        head = " | ".join(f"{g} attr." for g in groups)
+        print(f"\n| {task} (enc. self-attn) | seeds | dev acc. | test acc. |" + (f" {head} |" if head else ""))
+        print("|---|---|---|---|" + "---|" * len(groups))
+        for name, rs in results:
+            acc = [r["test"]["accuracy"] for r in rs]
+            cells = " | ".join(f"{mean([r['test']['by_group'][g]['accuracy'] for r in rs]) * 100:.1f}" for g in groups)
+            print(f"| {name} | {len(rs)} | {mean([r['dev_accuracy'] for r in rs]) * 100:.1f} | "
+                  f"{mean(acc) * 100:.1f}{spread(acc, 100, '.1f')} |" + (f" {cells} |" if cells else ""))
 
 
 def main() -> None:
@@ -194,6 +222,7 @@ def main() -> None:
     p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify", "report"])
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--only", nargs="*")
+    p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
     args = p.parse_args()
     {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify, "report": report}[args.what](args)
 
