@@ -39,6 +39,9 @@ NMT = [  # (name, config, extra --set overrides), in priority order
     ("window-add", "configs/window-add.yaml", []),
     ("window-mul", "configs/window-mul.yaml", []),
     ("window-add-seg-all", "configs/window-add-seg.yaml", ["model.attention_layers=0"]),
+    ("window-mul-seg-all", "configs/window-mul-seg.yaml", ["model.attention_layers=0"]),
+    ("window-add-all", "configs/window-add.yaml", ["model.attention_layers=0"]),
+    ("window-mul-all", "configs/window-mul.yaml", ["model.attention_layers=0"]),
 ]
 LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
 CLS_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
