@@ -178,7 +178,7 @@ def _write(path, lines):
     path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
 
 
-def test_train_translate_and_score_end_to_end(tmp_path):
+def test_train_translate_and_score_end_to_end(tmp_path, capsys):
     from attnmt.decode.translate import Translator
     from attnmt.train.training import run_training
 
@@ -215,6 +215,22 @@ def test_train_translate_and_score_end_to_end(tmp_path):
         assert len(head["window"]) == 4 and all(0 <= lo <= hi < 4 for lo, hi in head["window"])
         assert all(0 <= v <= 1 for row in head["mask"] for v in row)
     assert all((tmp_path / "win" / x["png"]).stat().st_size > 1000 for x in report["layers"])
+
+    _write(tmp_path / "stats.en", ["a b c", "", "d e a b"])
+    _write(tmp_path / "stats.es", ["A B", "", "C D E"])
+    capsys.readouterr()
+    assert main(["analyse", "window-stats", "--model", str(tmp_path / "run"), "--input", str(tmp_path / "stats.en"),
+                 "--target", str(tmp_path / "stats.es"), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["sentences"] == 2  # the empty line is skipped
+    assert {(x["kind"], x["layer"]) for x in stats["layers"]} == {("encoder self", 1), ("cross", 1), ("decoder self", 1)}
+    for row in stats["layers"]:
+        assert 0 < row["width"] <= 1 and 0 < row["hard_width"] <= 1 and 0 <= row["offset"] <= 1
+        assert 0 <= row["inside"] <= 1 + 1e-6
+    _write(tmp_path / "short.es", ["a b"])
+    assert main(["analyse", "window-stats", "--model", str(tmp_path / "run"), "--input", str(tmp_path / "stats.en"),
+                 "--target", str(tmp_path / "short.es")]) == 2
+    assert "short.es" in capsys.readouterr().err
 
 
 def test_lm_trains_end_to_end(tmp_path):

@@ -298,3 +298,54 @@ def test_mask_gradients_match_autograd_of_the_matrix_definition(mask, segment):
     phi = torch.softmax(torch.randn(1, 2, 7, generator=g, dtype=torch.float64), -1).requires_grad_()
     phi_r = torch.softmax(torch.randn(1, 2, 7, generator=g, dtype=torch.float64), -1).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: soft_window_mask(a, b, segment, mask), (phi, phi_r))
+
+
+# ---------------------------------------------------------------- window statistics (analyse window-stats)
+
+
+def _one_hot(positions: list[int], S: int) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor(positions), S).float()[None, None]  # (1, 1, T, S)
+
+
+def test_window_statistics_of_exact_three_token_windows():
+    from attnmt.eval.windows import window_statistics
+
+    S = 8
+    phi_l = _one_hot([max(i - 1, 0) for i in range(S)], S)
+    phi_r = _one_hot([min(i + 1, S - 1) for i in range(S)], S)
+    layer = {"phi_l": phi_l, "phi_r": phi_r, "mask": soft_window_mask(phi_l[0], phi_r[0])[None],
+             "attn": torch.full((1, 1, S, S), 1.0 / S)}
+    stats = window_statistics(layer, "encoder self")
+    widths = [2, 3, 3, 3, 3, 3, 3, 2]  # the window [i-1, i+1] clipped at the edges
+    assert stats["queries"] == S
+    assert stats["width"] / S == pytest.approx(sum(widths) / S / S)
+    assert stats["hard_width"] / S == pytest.approx(sum(widths) / S / S)
+    assert stats["offset"] / S == pytest.approx(2 * 0.5 / S / S)  # only the clipped edges are off-centre
+    assert stats["inside"] / S == pytest.approx(sum(widths) / S / S)  # uniform attention: its share = width
+    assert window_statistics({"attn": layer["attn"]}, "encoder self") is None
+
+
+def test_window_statistics_cross_attention_on_the_diagonal_has_no_offset():
+    from attnmt.eval.windows import window_statistics
+
+    T, S = 5, 9
+    phi = _one_hot([2 * i for i in range(T)], S)  # i * (S - 1) / (T - 1) = 2i
+    layer = {"phi_l": phi, "phi_r": phi, "mask": soft_window_mask(phi[0], phi[0])[None],
+             "attn": phi.clone()}
+    stats = window_statistics(layer, "cross")
+    assert stats["offset"] == pytest.approx(0.0)
+    assert stats["hard_width"] / T == pytest.approx(1 / S)
+    assert stats["inside"] / T == pytest.approx(1.0)
+    assert window_statistics(layer, "encoder self")["offset"] > 0  # same windows, read as self-attention
+
+
+def test_position_blind_pointers_give_a_third_of_the_sentence():
+    """The reference numbers quoted by `analyse window-stats`: uniform pointers, width ≈ 1/3, offset ≈ 1/4."""
+    from attnmt.eval.windows import window_statistics
+
+    S = 90
+    phi = torch.full((1, 2, S, S), 1.0 / S)
+    layer = {"phi_l": phi, "phi_r": phi, "mask": soft_window_mask(phi[0], phi[0])[None], "attn": phi}
+    stats = window_statistics(layer, "encoder self")
+    assert stats["width"] / stats["queries"] == pytest.approx(1 / 3, abs=0.02)
+    assert stats["offset"] / stats["queries"] == pytest.approx(1 / 4, abs=0.02)

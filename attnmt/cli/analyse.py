@@ -154,6 +154,39 @@ def run_windows(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_window_stats(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("window-stats", help="how local a Transformer's learned windows are, per layer, over a corpus")
+    p.add_argument("--model", required=True, help="training run directory (model.type: transformer)")
+    p.add_argument("--checkpoint", default="best")
+    p.add_argument("--input", required=True, help="one sentence per line (source, LM text or text to classify)")
+    p.add_argument("--target", help="translation runs: force these outputs (line by line) instead of greedy decoding")
+    p.add_argument("--limit", type=int, default=200, help="use the first N non-empty lines (default 200)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(analyse_run=run_window_stats)
+
+
+def run_window_stats(args: argparse.Namespace) -> int:
+    import json
+
+    from attnmt.eval.windows import corpus_window_statistics
+
+    if args.limit < 1:
+        raise UserError("--limit must be at least 1")
+    result = corpus_window_statistics(args.model, args.input, args.target, args.limit, args.checkpoint)
+    if not result["layers"]:
+        raise UserError("the model has no window attention (all kinds are standard/relative/localness)", args.model)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"{result['sentences']} sentences; width = share of keys in the soft window (≈ 0.33 for "
+          "position-blind pointers), offset = |window centre − query (self) or diagonal (cross)| / length")
+    print("kind\tlayer\tvariant\twidth\thard_width\toffset\tattention_inside")
+    for r in result["layers"]:
+        print(f"{r['kind']}\t{r['layer']}\t{r['variant']}\t{r['width']:.3f}\t{r['hard_width']:.3f}\t"
+              f"{r['offset']:.3f}\t{r['inside']:.3f}")
+    return 0
+
+
 # ---------------------------------------------------------------- classify
 
 
@@ -183,7 +216,7 @@ def run_classify(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [_add_lengths, _add_curves, _add_heatmap, _add_windows, _add_classify]
+SUBCOMMANDS = [_add_lengths, _add_curves, _add_heatmap, _add_windows, _add_window_stats, _add_classify]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

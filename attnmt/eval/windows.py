@@ -7,6 +7,9 @@ classifier run encodes it. Per attention kind (encoder self, decoder self, cross
 PNG shows every head's soft mask (top row; blank where the layer has no window) and attention
 (bottom row). The JSON lists, per kind/layer/head and query, the hard window [min(l, r), max(l, r)]
 from the pointers' argmax, the expected boundaries E[l], E[r] and the mask values.
+
+``attnmt analyse window-stats`` summarises how local the learned windows are over many sentences
+(width, distance of the window's centre from the query or the diagonal, attention inside it).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from attnmt.config import load_config
 from attnmt.data.vocab import BOS, load_tokenizer
 from attnmt.errors import UserError
+from attnmt.attention.window import window_boundaries
 from attnmt.models import build_model
 from attnmt.train.checkpoint import find_checkpoint, load_weights
 
@@ -102,11 +106,11 @@ def boundaries(layer: dict) -> list[dict] | None:
         return None
     phi_l, phi_r = layer["phi_l"][0], layer["phi_r"][0]  # (H, T, S)
     pos = torch.arange(phi_l.size(-1), dtype=phi_l.dtype)
-    lft, rgt = phi_l.argmax(-1), phi_r.argmax(-1)
+    lo, hi = window_boundaries(phi_l, phi_r)
     heads = []
     for h in range(phi_l.size(0)):
         heads.append({
-            "window": [[int(min(a, b)), int(max(a, b))] for a, b in zip(lft[h].tolist(), rgt[h].tolist())],
+            "window": [[a, b] for a, b in zip(lo[h].tolist(), hi[h].tolist())],
             "expected_left": [round(float(x), 3) for x in (phi_l[h] * pos).sum(-1)],
             "expected_right": [round(float(x), 3) for x in (phi_r[h] * pos).sum(-1)],
             "mask": [[round(float(x), 3) for x in row] for row in layer["mask"][0, h]],
@@ -168,3 +172,79 @@ def analyse_windows(run_dir: str, sentence: str, out_dir: str, checkpoint: str =
     tmp.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     tmp.replace(out / "windows.json")
     return report
+
+
+# ---------------------------------------------------------------- how local are the learned windows?
+
+
+def window_statistics(layer: dict, kind: str) -> dict | None:
+    """Locality of one windowed layer on one sentence: sums over heads and queries (see below).
+
+    Per head h and query i over S keys (divide the sums by ``queries`` for means):
+      width      Σ_j M[i, j] / S — the share of keys inside the soft window: 1 is the whole
+                 sentence; pointers blind to position (uniform φ̂) give about 1/3.
+      hard_width (|argmax φ̂_r − argmax φ̂_l| + 1) / S.
+      offset     |(E[l] + E[r]) / 2 − p_i| / S: how far the window's centre is from the query's
+                 own position, p_i = i for self-attention and the diagonal i·(S−1)/(T−1) for
+                 cross-attention (T target positions).
+      inside     attention mass inside the hard window [min(l, r), max(l, r)].
+    Returns None for a layer without a window.
+    """
+    if "phi_l" not in layer:
+        return None
+    phi_l, phi_r, mask, attn = (layer[k][0].float() for k in ("phi_l", "phi_r", "mask", "attn"))  # (H, T, S)
+    H, T, S = phi_l.shape
+    keys = torch.arange(S, dtype=torch.float32)
+    centre = ((phi_l * keys).sum(-1) + (phi_r * keys).sum(-1)) / 2  # (H, T)
+    query = torch.arange(T, dtype=torch.float32)
+    own = query * (S - 1) / max(T - 1, 1) if kind == "cross" else query  # (T,)
+    lo, hi = window_boundaries(phi_l, phi_r)  # (H, T)
+    inside = (keys >= lo.unsqueeze(-1)) & (keys <= hi.unsqueeze(-1))  # (H, T, S)
+    return {
+        "queries": H * T,
+        "width": float(mask.sum(-1).sum() / S),
+        "hard_width": float(((hi - lo + 1).float() / S).sum()),
+        "offset": float(((centre - own).abs() / S).sum()),
+        "inside": float((attn * inside).sum()),
+    }
+
+
+def corpus_window_statistics(run_dir: str, input_path: str, target_path: str | None = None,
+                             limit: int = 200, checkpoint: str = "best") -> dict:
+    """Mean window statistics per (attention kind, layer) over the first ``limit`` non-empty lines.
+
+    Translation runs decode greedily unless ``target_path`` gives the outputs to force (the
+    references: faster, and the windows are then those of the reference alignment)."""
+    from attnmt.data.corpus import read_lines
+
+    model, cfg, src_tok, tgt_tok = load_run(run_dir, checkpoint)
+    inputs = read_lines(input_path)
+    targets = read_lines(target_path) if target_path else None
+    if targets is not None and len(targets) != len(inputs):
+        raise UserError(f"has {len(targets)} lines but {input_path} has {len(inputs)}", target_path)
+    variants = {"encoder self": cfg.model.enc_self_attention, "decoder self": cfg.model.dec_self_attention,
+                "cross": cfg.model.cross_attention}
+    totals: dict[tuple[str, int], dict] = {}
+    used = 0
+    for number, line in enumerate(inputs):
+        if used >= limit:
+            break
+        if cfg.task == "classify":
+            line = line.split("\t")[0]  # text<TAB>label[<TAB>group] files work as they are
+        if not line.strip() or (targets is not None and not targets[number].strip()):
+            continue
+        data = collect(model, cfg, src_tok, tgt_tok, line, targets[number] if targets else None)
+        used += 1
+        for kind, layers in data["kinds"].items():
+            for i, layer in enumerate(layers):
+                stats = window_statistics(layer, kind)
+                if stats is not None:
+                    total = totals.setdefault((kind, i + 1), dict.fromkeys(stats, 0.0))
+                    for key, value in stats.items():
+                        total[key] += value
+    if used == 0:
+        raise UserError("no non-empty lines to analyse", input_path)
+    layers = [{"kind": kind, "layer": layer, "variant": variants[kind],
+               **{k: round(v / total["queries"], 4) for k, v in total.items() if k != "queries"}}
+              for (kind, layer), total in totals.items()]
+    return {"model": str(run_dir), "sentences": used, "layers": layers}
