@@ -60,9 +60,13 @@ def _log(run: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
-def run_dir(group: str, name: str, seed: int) -> Path:
-    """Seed 1 (the configs' default) keeps the plain name; other seeds get a ``-seedN`` suffix."""
-    return EXP / group / (name if seed == 1 else f"{name}-seed{seed}")
+BUDGET = {"nmt": 400, "lm": 300, "classify": 200}  # updates of the reported comparison (--steps default)
+
+
+def run_dir(group: str, name: str, seed: int, steps: int) -> Path:
+    """NAME for seed 1 at the group's budget; ``-seedN`` / ``-Nsteps`` suffixes for other seeds and budgets."""
+    suffix = ("" if seed == 1 else f"-seed{seed}") + ("" if steps == BUDGET[group.split("/")[0]] else f"-{steps}steps")
+    return EXP / group / f"{name}{suffix}"
 
 
 def train(run: Path, config: str, steps: int, overrides: list[str], seed: int = 1) -> dict:
@@ -91,7 +95,7 @@ def nmt(args) -> None:
     for name, config, overrides in NMT:
         if args.only and name not in args.only:
             continue
-        run = run_dir("nmt", name, args.seed)
+        run = run_dir("nmt", name, args.seed, args.steps)
         if (run / "result.json").exists():
             continue
         result = {"name": name, "seed": args.seed, "config": config, "overrides": overrides,
@@ -112,7 +116,7 @@ def lm(args) -> None:
     for variant in LM_VARIANTS:
         if args.only and variant not in args.only:
             continue
-        run = run_dir("lm", variant, args.seed)
+        run = run_dir("lm", variant, args.seed, args.steps)
         if (run / "result.json").exists():
             continue
         overrides = ["task=lm", f"data.train={BIBLE}/train.en", f"data.dev={BIBLE}/dev.en",
@@ -157,7 +161,7 @@ def classify(args) -> None:
         for variant in CLS_VARIANTS:
             if args.only and variant not in args.only:
                 continue
-            run = run_dir(f"classify/{task}", variant, args.seed)
+            run = run_dir(f"classify/{task}", variant, args.seed, args.steps)
             if (run / "result.json").exists():
                 continue
             overrides = ["task=classify", f"data.train={data}/train.tsv", f"data.dev={data}/dev.tsv",
@@ -185,8 +189,11 @@ def report(args) -> None:
         return [json.loads(p.read_text()) for p in sorted((EXP / group).glob("*/result.json"))]
 
     def by_name(results: list[dict], order: list[str]) -> list[tuple[str, list[dict]]]:
-        names = sorted({r["name"] for r in results}, key=order.index)
-        return [(n, [r for r in results if r["name"] == n]) for n in names]
+        """Runs grouped by (variant, budget); a budget other than the group's is named in the label."""
+        keys = sorted({(r["name"], r["steps"]) for r in results}, key=lambda k: (k[1], order.index(k[0])))
+        budget = min(k[1] for k in keys) if keys else 0
+        return [(n if steps == budget else f"{n}, {steps} updates",
+                 [r for r in results if (r["name"], r["steps"]) == (n, steps)]) for n, steps in keys]
 
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs)
@@ -223,10 +230,11 @@ def report(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify", "report"])
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, help="updates per run (default: nmt 400, lm 300, classify 200)")
     p.add_argument("--only", nargs="*")
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
     args = p.parse_args()
+    args.steps = args.steps or BUDGET.get(args.what, 0)
     {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify, "report": report}[args.what](args)
 
 
