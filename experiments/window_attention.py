@@ -4,6 +4,7 @@
     python experiments/window_attention.py lm [--steps N]
     python experiments/window_attention.py classify-data      # builds the two classification sets
     python experiments/window_attention.py classify [--steps N]
+    python experiments/window_attention.py windows            # window-stats of the finished window runs
     python experiments/window_attention.py report             # markdown tables of finished runs
 
 Every run goes to /work/exp/window_attention/<group>/<name>/ and is skipped when its result.json
@@ -179,6 +180,26 @@ def classify(args) -> None:
             print(json.dumps(result), flush=True)
 
 
+def windows(args) -> None:
+    """``attnmt analyse window-stats`` of every finished seed-1 window run (test data, reference outputs)."""
+    out = EXP / "stats"
+    out.mkdir(exist_ok=True)
+    inputs = {"nmt": ["--input", f"{BIBLE}/test.en", "--target", f"{BIBLE}/test.es", "--limit", "200"],
+              "lm": ["--input", f"{BIBLE}/test.en", "--limit", "200"],
+              "agreement": ["--input", str(EXP / "data/agreement/test.tsv"), "--limit", "400"],
+              "domains": ["--input", str(EXP / "data/domains/test.tsv"), "--limit", "400"]}
+    for group, extra in inputs.items():
+        base = EXP / ("classify/" + group if group in ("agreement", "domains") else group)
+        for run in sorted(base.glob("window-*")):
+            target = out / f"{group}_{run.name}.json"
+            if "seed" in run.name or "steps" in run.name or target.exists() or not (run / "result.json").exists():
+                continue
+            text = subprocess.run([sys.executable, "-m", "attnmt", "analyse", "window-stats", "--model", str(run),
+                                   *extra, "--json"], check=True, env=ENV, capture_output=True, text=True).stdout
+            target.write_text(text)
+            print(target, flush=True)
+
+
 def report(args) -> None:
     """Markdown tables of every finished run (for docs/results/window_attention.md).
 
@@ -225,17 +246,27 @@ def report(args) -> None:
             cells = " | ".join(f"{mean([r['test']['by_group'][g]['accuracy'] for r in rs]) * 100:.1f}" for g in groups)
             print(f"| {name} | {len(rs)} | {mean([r['dev_accuracy'] for r in rs]) * 100:.1f} | "
                   f"{mean(acc) * 100:.1f}{spread(acc, 100, '.1f')} |" + (f" {cells} |" if cells else ""))
+    stats = sorted((EXP / "stats").glob("*.json"))
+    if stats:
+        print("\n| task: run | attention, layer | soft width | hard width | centre offset | attention inside |")
+        print("|---|---|---|---|---|---|")
+        for path in stats:
+            result = json.loads(path.read_text())
+            for r in result["layers"]:
+                print(f"| {path.stem.replace('_', ': ', 1)} | {r['kind']} {r['layer']} | {r['width']:.2f} | "
+                      f"{r['hard_width']:.2f} | {r['offset']:.2f} | {r['inside']:.2f} |")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify", "report"])
+    p.add_argument("what", choices=["nmt", "lm", "classify-data", "classify", "windows", "report"])
     p.add_argument("--steps", type=int, help="updates per run (default: nmt 400, lm 300, classify 200)")
     p.add_argument("--only", nargs="*")
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
     args = p.parse_args()
     args.steps = args.steps or BUDGET.get(args.what, 0)
-    {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify, "report": report}[args.what](args)
+    {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify, "windows": windows,
+     "report": report}[args.what](args)
 
 
 if __name__ == "__main__":
