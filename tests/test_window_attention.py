@@ -322,6 +322,8 @@ def test_window_statistics_of_exact_three_token_windows():
     assert stats["hard_width"] / S == pytest.approx(sum(widths) / S / S)
     assert stats["offset"] / S == pytest.approx(2 * 0.5 / S / S)  # only the clipped edges are off-centre
     assert stats["inside"] / S == pytest.approx(sum(widths) / S / S)  # uniform attention: its share = width
+    halved = window_statistics({**layer, "attn": layer["attn"] / 2}, "encoder self")  # rows summing to 1/2
+    assert halved["inside"] == pytest.approx(stats["inside"])
     assert window_statistics({"attn": layer["attn"]}, "encoder self") is None
 
 

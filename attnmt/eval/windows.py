@@ -187,7 +187,7 @@ def window_statistics(layer: dict, kind: str) -> dict | None:
       offset     |(E[l] + E[r]) / 2 − p_i| / S: how far the window's centre is from the query's
                  own position, p_i = i for self-attention and the diagonal i·(S−1)/(T−1) for
                  cross-attention (T target positions).
-      inside     attention mass inside the hard window [min(l, r), max(l, r)].
+      inside     share of the query's attention mass inside the hard window [min(l, r), max(l, r)].
     Returns None for a layer without a window.
     """
     if "phi_l" not in layer:
@@ -205,7 +205,8 @@ def window_statistics(layer: dict, kind: str) -> dict | None:
         "width": float(mask.sum(-1).sum() / S),
         "hard_width": float(((hi - lo + 1).float() / S).sum()),
         "offset": float(((centre - own).abs() / S).sum()),
-        "inside": float((attn * inside).sum()),
+        # as a share of each row's mass: multiplicative windows without renormalisation sum to < 1
+        "inside": float(((attn * inside).sum(-1) / attn.sum(-1).clamp_min(1e-12)).sum()),
     }
 
 
