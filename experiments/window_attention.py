@@ -222,30 +222,47 @@ def report(args) -> None:
     def spread(xs: list[float], scale: float = 1.0, fmt: str = ".2f") -> str:
         return f" ± {(max(xs) - min(xs)) / 2 * scale:{fmt}}" if len(xs) > 1 else ""
 
-    print("| NMT run | seeds | params | dev ppl | test BLEU | BLEU (tok) | chrF |\n|---|---|---|---|---|---|---|")
-    for name, rs in by_name(rows("nmt"), [n for n, _, _ in NMT]):
+    def paired(rs: list[dict], all_runs: list[dict], base: str, metric) -> str:
+        """Mean of (run − baseline) over the seeds both have, at the same budget: seed noise that
+        moves both rows the same way cancels. Per-seed differences in brackets."""
+        base_by_seed = {(r.get("seed", 1), r["steps"]): r for r in all_runs if r["name"] == base}
+        diffs = [metric(r) - metric(base_by_seed[(r.get("seed", 1), r["steps"])]) for r in rs
+                 if (r.get("seed", 1), r["steps"]) in base_by_seed]
+        if not diffs or rs[0]["name"] == base:
+            return "–"
+        return f"{mean(diffs):+.2f} ({', '.join(f'{d:+.2f}' for d in diffs)})"
+
+    nmt_runs = rows("nmt")
+    print("| NMT run | seeds | params | dev ppl | test BLEU | Δ BLEU vs Transformer, same seeds | BLEU (tok) | chrF |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, rs in by_name(nmt_runs, [n for n, _, _ in NMT]):
         bleu = [r["bleu"] for r in rs]
         print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
-              f"{mean(bleu):.2f}{spread(bleu)} | {mean([r['bleu_tok'] for r in rs]):.2f} | "
-              f"{mean([r['chrf'] for r in rs]):.1f} |")
-    print("\n| LM (dec. self-attn) | seeds | params | dev ppl | test ppl |\n|---|---|---|---|---|")
-    for name, rs in by_name(rows("lm"), LM_VARIANTS):
+              f"{mean(bleu):.2f}{spread(bleu)} | {paired(rs, nmt_runs, 'transformer', lambda r: r['bleu'])} | "
+              f"{mean([r['bleu_tok'] for r in rs]):.2f} | {mean([r['chrf'] for r in rs]):.1f} |")
+    lm_runs = rows("lm")
+    print("\n| LM (dec. self-attn) | seeds | params | dev ppl | test ppl | Δ test ppl vs standard, same seeds |")
+    print("|---|---|---|---|---|---|")
+    for name, rs in by_name(lm_runs, LM_VARIANTS):
         ppl = [r["test"]["ppl"] for r in rs]
         print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
-              f"{mean(ppl):.1f}{spread(ppl, fmt='.1f')} |")
+              f"{mean(ppl):.1f}{spread(ppl, fmt='.1f')} | {paired(rs, lm_runs, 'standard', lambda r: r['test']['ppl'])} |")
     for task in ("agreement", "domains"):
-        results = by_name(rows(f"classify/{task}"), CLS_VARIANTS)
+        task_runs = rows(f"classify/{task}")
+        results = by_name(task_runs, CLS_VARIANTS)
         if not results:
             continue
         groups = sorted({g for _, rs in results for r in rs for g in r["test"]["by_group"]}, key=lambda g: (len(g), g))
         head = " | ".join(f"{g} attr." for g in groups)
-        print(f"\n| {task} (enc. self-attn) | seeds | dev acc. | test acc. |" + (f" {head} |" if head else ""))
-        print("|---|---|---|---|" + "---|" * len(groups))
+        print(f"\n| {task} (enc. self-attn) | seeds | dev acc. | test acc. | Δ vs standard, same seeds |"
+              + (f" {head} |" if head else ""))
+        print("|---|---|---|---|---|" + "---|" * len(groups))
         for name, rs in results:
             acc = [r["test"]["accuracy"] for r in rs]
             cells = " | ".join(f"{mean([r['test']['by_group'][g]['accuracy'] for r in rs]) * 100:.1f}" for g in groups)
+            delta = paired(rs, task_runs, "standard", lambda r: r["test"]["accuracy"] * 100)
             print(f"| {name} | {len(rs)} | {mean([r['dev_accuracy'] for r in rs]) * 100:.1f} | "
-                  f"{mean(acc) * 100:.1f}{spread(acc, 100, '.1f')} |" + (f" {cells} |" if cells else ""))
+                  f"{mean(acc) * 100:.1f}{spread(acc, 100, '.1f')} | {delta} |" + (f" {cells} |" if cells else ""))
     stats = sorted((EXP / "stats").glob("*.json"))
     if stats:
         print("\n| task: run | attention, layer | soft width | hard width | centre offset | attention inside |")
