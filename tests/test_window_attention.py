@@ -303,16 +303,12 @@ def test_mask_gradients_match_autograd_of_the_matrix_definition(mask, segment):
 # ---------------------------------------------------------------- window statistics (analyse window-stats)
 
 
-def _one_hot(positions: list[int], S: int) -> torch.Tensor:
-    return torch.nn.functional.one_hot(torch.tensor(positions), S).float()[None, None]  # (1, 1, T, S)
-
-
 def test_window_statistics_of_exact_three_token_windows():
     from attnmt.eval.windows import window_statistics
 
     S = 8
-    phi_l = _one_hot([max(i - 1, 0) for i in range(S)], S)
-    phi_r = _one_hot([min(i + 1, S - 1) for i in range(S)], S)
+    phi_l = _one_hot(S, [max(i - 1, 0) for i in range(S)])[None, None]  # (1, 1, T, S)
+    phi_r = _one_hot(S, [min(i + 1, S - 1) for i in range(S)])[None, None]
     layer = {"phi_l": phi_l, "phi_r": phi_r, "mask": soft_window_mask(phi_l[0], phi_r[0])[None],
              "attn": torch.full((1, 1, S, S), 1.0 / S)}
     stats = window_statistics(layer, "encoder self")
@@ -331,7 +327,7 @@ def test_window_statistics_cross_attention_on_the_diagonal_has_no_offset():
     from attnmt.eval.windows import window_statistics
 
     T, S = 5, 9
-    phi = _one_hot([2 * i for i in range(T)], S)  # i * (S - 1) / (T - 1) = 2i
+    phi = _one_hot(S, [2 * i for i in range(T)])[None, None]  # i * (S - 1) / (T - 1) = 2i
     layer = {"phi_l": phi, "phi_r": phi, "mask": soft_window_mask(phi[0], phi[0])[None],
              "attn": phi.clone()}
     stats = window_statistics(layer, "cross")
