@@ -67,6 +67,7 @@ class ModelConfig:
     attention_layers: int = 0  # the variants apply to the lowest N layers of each stack; 0 = all
     window_segment: int = 3  # segment size b of the *-seg window masks
     window_mask: str = "exact"  # exact (P(l<=j<=r or r<=j<=l)) | union | sum (paper: M_fw + M_bw)
+    #                             | full (ablation: M = 1, the combiner without a window)
     window_renorm: bool = False  # window-mul: renormalise softmax ⊙ M to sum to one
     window_temperature: float = 0.0  # boundary-pointer τ; 0 = 1/sqrt(head dim)
     relative_clip: int = 16  # Shaw et al. clipping distance k

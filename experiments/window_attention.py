@@ -43,6 +43,8 @@ NMT = [  # (name, config, extra --set overrides), in priority order
     ("window-mul-seg-all", "configs/window-mul-seg.yaml", ["model.attention_layers=0"]),
     ("window-add-all", "configs/window-add.yaml", ["model.attention_layers=0"]),
     ("window-mul-all", "configs/window-mul.yaml", ["model.attention_layers=0"]),
+    # ablation: the additive combiner's extra Q_L/K_L scores with M ≡ 1 (no window at all)
+    ("window-add-full", "configs/window-add-seg.yaml", ["model.window_mask=full"]),
 ]
 LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
 CLS_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]

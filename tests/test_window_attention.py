@@ -347,3 +347,28 @@ def test_position_blind_pointers_give_a_third_of_the_sentence():
     stats = window_statistics(layer, "encoder self")
     assert stats["width"] / stats["queries"] == pytest.approx(1 / 3, abs=0.02)
     assert stats["offset"] / stats["queries"] == pytest.approx(1 / 4, abs=0.02)
+
+
+def test_full_mask_ablation_keeps_the_combiner_and_drops_the_window():
+    """window_mask="full" (M ≡ 1): window-mul is plain attention, window-add is
+    softmax(QKᵀ/√d + Q_L K_Lᵀ/√d), and the pointers play no part."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16)
+    allowed = torch.ones(2, 6, dtype=torch.bool)
+    mul = MultiHeadAttention(16, 4, 0.0, "window-mul", window_options("window-mul", 0, "full", False, 0.0))
+    keys = mul.project_keys(x)
+    _, windowless = mul(x, keys, allowed, need_weights=True)
+    mul.use_variant = False
+    _, plain = mul(x, keys, allowed, need_weights=True)
+    torch.testing.assert_close(windowless, plain)
+
+    add = MultiHeadAttention(16, 4, 0.0, "window-add", window_options("window-add", 0, "full", False, 0.0))
+    keys = add.project_keys(x)
+    _, before = add(x, keys, allowed, need_weights=True)
+    with torch.no_grad():
+        add.pointers.w_query.mul_(3.0)  # pointers are unused: nothing changes
+    _, after = add(x, keys, allowed, need_weights=True)
+    torch.testing.assert_close(before, after)
+    add.use_variant = False
+    _, plain = add(x, keys, allowed, need_weights=True)
+    assert not torch.allclose(before, plain)  # the local projections still add their scores

@@ -145,14 +145,17 @@ class MultiHeadAttention(nn.Module):
             scores = scores + self.localness.bias(q, visible, S)
         if self._windowed:
             w = self.window
-            phi_l, phi_r = self.pointers(q, k, allowed)  # (B, H, T, S) each
-            mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
+            if w.mask == "full":  # ablation: the combiner with M ≡ 1, no window (pointers unused)
+                mask = torch.ones_like(scores)
+            else:
+                phi_l, phi_r = self.pointers(q, k, allowed)  # (B, H, T, S) each
+                mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
             if w.combine == "mul":
                 attn = combine_multiplicative(scores, mask, allowed, w.renorm)
             else:
                 local = (self._split(self.local_q(x)) @ keys["lk"].transpose(-1, -2)) * self.scale
                 attn = combine_additive(scores, local, mask, allowed)
-            if internals is not None:
+            if internals is not None and w.mask != "full":
                 internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)
         else:
             attn = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)

@@ -51,8 +51,8 @@ def check_config(cfg: ModelConfig, kinds: tuple[str, ...]) -> None:
         raise UserError(f"model.norm must be pre or post, not {cfg.norm!r}")
     if cfg.positions not in POSITIONS:
         raise UserError(f"model.positions must be sinusoidal or learned, not {cfg.positions!r}")
-    if cfg.window_mask not in ("exact", "union", "sum"):
-        raise UserError(f"model.window_mask must be exact, union or sum, not {cfg.window_mask!r}")
+    if cfg.window_mask not in ("exact", "union", "sum", "full"):
+        raise UserError(f"model.window_mask must be exact, union, sum or full, not {cfg.window_mask!r}")
     if cfg.heads < 1 or cfg.hidden % cfg.heads:
         raise UserError(f"model.hidden ({cfg.hidden}) must be a multiple of model.heads ({cfg.heads})")
     if cfg.window_segment < 1:
