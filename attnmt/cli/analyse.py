@@ -17,6 +17,13 @@ from pathlib import Path
 
 from attnmt.errors import UserError
 
+
+def _model_args(p: argparse.ArgumentParser, what: str) -> None:
+    """--model RUN and --checkpoint, shared by the subcommands that load a training run."""
+    p.add_argument("--model", required=True, help=what)
+    p.add_argument("--checkpoint", default="best")
+
+
 # ---------------------------------------------------------------- lengths
 
 
@@ -82,8 +89,7 @@ def run_curves(args: argparse.Namespace) -> int:
 
 def _add_heatmap(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("heatmap", help="attention of one sentence as a heat map")
-    p.add_argument("--model", required=True, help="training run directory")
-    p.add_argument("--checkpoint", default="best")
+    _model_args(p, "training run directory")
     p.add_argument("--input", required=True, help="the source sentence")
     p.add_argument("--target", help="force decode this translation instead of translating")
     p.add_argument("--beam", type=int, default=5)
@@ -136,8 +142,7 @@ def run_heatmap(args: argparse.Namespace) -> int:
 
 def _add_windows(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("windows", help="soft window masks and attention of a Transformer, per layer")
-    p.add_argument("--model", required=True, help="training run directory (model.type: transformer)")
-    p.add_argument("--checkpoint", default="best")
+    _model_args(p, "training run directory (model.type: transformer)")
     p.add_argument("--input", required=True, help="the sentence (source, LM text or text to classify)")
     p.add_argument("--target", help="translation runs: force this output instead of greedy decoding")
     p.add_argument("--out", required=True, metavar="DIR", help="writes <kind>_layerN.png and windows.json")
@@ -156,8 +161,7 @@ def run_windows(args: argparse.Namespace) -> int:
 
 def _add_window_stats(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("window-stats", help="how local a Transformer's learned windows are, per layer, over a corpus")
-    p.add_argument("--model", required=True, help="training run directory (model.type: transformer)")
-    p.add_argument("--checkpoint", default="best")
+    _model_args(p, "training run directory (model.type: transformer)")
     p.add_argument("--input", required=True, help="one sentence per line (source, LM text or text to classify)")
     p.add_argument("--target", help="translation runs: force these outputs (line by line) instead of greedy decoding")
     p.add_argument("--limit", type=int, default=200, help="use the first N non-empty lines (default 200)")
@@ -192,8 +196,7 @@ def run_window_stats(args: argparse.Namespace) -> int:
 
 def _add_classify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("classify", help="accuracy of a classifier run, overall and per group")
-    p.add_argument("--model", required=True, help="training run directory (task: classify)")
-    p.add_argument("--checkpoint", default="best")
+    _model_args(p, "training run directory (task: classify)")
     p.add_argument("--input", required=True, help="text<TAB>label[<TAB>group] TSV (or PREFIX of two files)")
     p.add_argument("--group-column", type=int, default=2,
                    help="0-based TSV column to group by (agreement data: 2 = attractors)")
