@@ -136,7 +136,7 @@ def lm(args) -> None:
 
 def classify_data(args) -> None:
     """agreement: attnmt's generator; domains: 5 English domains, sentences of 5-50 words."""
-    from attnmt.data.agreement import write_agreement
+    from attnmt.corpora.agreement import write_agreement
 
     print(write_agreement(EXP / "data" / "agreement", n_train=20000, n_test_per_bucket=400, seed=1))
     rng = random.Random(1)

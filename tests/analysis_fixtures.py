@@ -11,7 +11,7 @@ from attnmt.config import Config, apply_overrides, save_config
 from attnmt.data.vocab import WordTokenizer
 from attnmt.decode.force import Member
 from attnmt.models import build_model
-from attnmt.train.checkpoint import save_checkpoint
+from attnmt.runs.checkpoint import save_checkpoint
 
 SRC = ["the old dog saw a cat", "a cat saw the dog", "the dog runs", "Anna saw the old cat"]
 TGT = ["el perro viejo vio un gato", "un gato vio el perro", "el perro corre", "Anna vio el gato viejo"]

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from attnmt.data.agreement import NOUNS, generate, make_example, write_agreement
+from attnmt.corpora.agreement import NOUNS, generate, make_example, write_agreement
 from attnmt.data.labels import LabelSet, read_classification
 from attnmt.errors import UserError
 from attnmt.models.classifier import accuracy_by_group

@@ -62,7 +62,7 @@ def test_score_line_count_mismatch(tmp_path, capsys):
 
 def test_corrupt_weights_are_a_user_error(tmp_path):
     from attnmt.errors import UserError
-    from attnmt.train.checkpoint import load_weights
+    from attnmt.runs.checkpoint import load_weights
 
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from attnmt.data import bible, domain_text, domains, outputs
-from attnmt.data.sword import (
+from attnmt.corpora import bible, domain_text, domains, outputs
+from attnmt.corpora.sword import (
     SwordTools,
     entry_paragraphs,
     imp_verses,
@@ -23,7 +23,7 @@ from attnmt.data.sword import (
     range_key,
     sort_keys,
 )
-from attnmt.data.versification import AlignConfig, Verse, align_bibles, keep_segment
+from attnmt.corpora.versification import AlignConfig, Verse, align_bibles, keep_segment
 from attnmt.errors import UserError
 
 # ---------------------------------------------------------------- markup

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnmt.train import checkpoint as ckpt_mod
-from attnmt.train.checkpoint import (
+from attnmt.runs import checkpoint as ckpt_mod
+from attnmt.runs.checkpoint import (
     find_checkpoint,
     load_trainer_state,
     load_weights,

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnmt.train.checkpoint import find_checkpoint, load_weights
+from attnmt.runs.checkpoint import find_checkpoint, load_weights
 from attnmt.train.training import run_training
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from attnmt.decode.ensemble import Ensemble, EnsembleTranslator, load_members, l
 from attnmt.decode.search import beam_search, greedy_search
 from attnmt.decode.translate import Translator, load_model
 from attnmt.errors import UserError
-from attnmt.train.checkpoint import list_checkpoints, load_weights
+from attnmt.runs.checkpoint import list_checkpoints, load_weights
 
 
 @pytest.fixture(scope="module")

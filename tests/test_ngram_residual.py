@@ -332,7 +332,7 @@ ngram: {{path: train, order: 3, alpha: 0.5, anneal_steps: {k}}}
 def test_training_with_the_residual_end_to_end(tmp_path, capsys):
     from attnmt.cli.main import main
     from attnmt.decode.translate import load_model
-    from attnmt.train.checkpoint import find_checkpoint, load_weights
+    from attnmt.runs.checkpoint import find_checkpoint, load_weights
 
     d = tmp_path / "data"
     (d / "b").mkdir(parents=True)

@@ -10,7 +10,7 @@ from attnmt.data.batching import collate
 from attnmt.decode.search import beam_search, greedy_search
 from attnmt.models import build_model
 from attnmt.models.seq2seq import Seq2Seq
-from attnmt.train.checkpoint import find_checkpoint, list_checkpoints, load_weights, save_checkpoint
+from attnmt.runs.checkpoint import find_checkpoint, list_checkpoints, load_weights, save_checkpoint
 
 
 def _model(seed=0, **kw):

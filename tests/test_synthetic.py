@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from attnmt.cli.main import main
-from attnmt.data.synthetic import (
+from attnmt.corpora.synthetic import (
     COMPLEMENTIZER,
     CONJUNCTION,
     DETERMINERS,

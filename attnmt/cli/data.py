@@ -45,8 +45,8 @@ def _add_bible(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bible(args: argparse.Namespace) -> int:
-    from attnmt.data.bible import build_bible
-    from attnmt.data.sword import SwordTools
+    from attnmt.corpora.bible import build_bible
+    from attnmt.corpora.sword import SwordTools
 
     t0 = time.time()
     build_bible(
@@ -70,7 +70,7 @@ def _add_synthetic(sub: argparse._SubParsersAction) -> None:
         description="Sentence pairs from a small grammar and dictionary with known reorderings "
         "(adjective-noun swap, verb-final subordinate clauses, one-to-many words), written as "
         "DIR/{train,dev,test}.{src,tgt}, gold alignments DIR/{split}.align (i-j sure, i?j "
-        "possible) and the dictionary DIR/lexicon.tsv. See attnmt/data/synthetic.py.",
+        "possible) and the dictionary DIR/lexicon.tsv. See attnmt/corpora/synthetic.py.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--train", type=int, default=20000, help="training pairs")
@@ -85,7 +85,7 @@ def _add_synthetic(sub: argparse._SubParsersAction) -> None:
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
-    from attnmt.data.synthetic import write_synthetic
+    from attnmt.corpora.synthetic import write_synthetic
 
     sizes = write_synthetic(args.out, {"train": args.train, "dev": args.dev, "test": args.test},
                             args.seed, args.nouns, args.adjectives, args.verbs, args.names)
@@ -97,7 +97,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 
 def _add_domains(sub: argparse._SubParsersAction) -> None:
-    from attnmt.data.domains import BUILTIN
+    from attnmt.corpora.domains import BUILTIN
 
     p = sub.add_parser(
         "domains",
@@ -123,7 +123,7 @@ def _add_domains(sub: argparse._SubParsersAction) -> None:
 
 
 def run_domains(args: argparse.Namespace) -> int:
-    from attnmt.data.domains import build_domains, parse_add
+    from attnmt.corpora.domains import build_domains, parse_add
 
     names = [] if args.domains.strip() == "none" else [
         d.strip() for d in args.domains.split(",") if d.strip()
@@ -151,7 +151,7 @@ def _add_agreement(sub: argparse._SubParsersAction) -> None:
         help="synthetic long-distance subject-verb agreement (number prediction), TSV splits",
         description="Generated number-prediction data in the spirit of Linzen et al. (2016): "
         "DIR/{train,dev,test}.tsv with text, label (sg/pl), attractors, intervening nouns. "
-        "See attnmt/data/agreement.py.",
+        "See attnmt/corpora/agreement.py.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--train", type=int, default=20000, help="training sentences")
@@ -163,7 +163,7 @@ def _add_agreement(sub: argparse._SubParsersAction) -> None:
 
 
 def run_agreement(args: argparse.Namespace) -> int:
-    from attnmt.data.agreement import write_agreement
+    from attnmt.corpora.agreement import write_agreement
     from attnmt.errors import UserError
 
     if args.train < 1 or args.test_per_bucket < 1 or not 0 <= args.max_modifiers <= 12:

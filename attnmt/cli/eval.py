@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.decode.translate import load_model
     from attnmt.ngram.model import load_ngram
     from attnmt.ngram.residual import NgramResidual, check_vocab, unwrap
-    from attnmt.train.training import resolve_device
+    from attnmt.runs.device import resolve_device
 
     device = resolve_device(args.device)
     loaded, cfg, src_tok, tgt_tok = load_model(args.model, args.checkpoint, device)

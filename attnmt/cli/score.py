@@ -46,7 +46,8 @@ def model_perplexity(run_dir: str, src_path: str | None, ref_path: str) -> dict:
     from attnmt.data.batching import encode_corpus
     from attnmt.data.corpus import read_lines
     from attnmt.decode.translate import load_model
-    from attnmt.train.training import perplexity, resolve_device
+    from attnmt.runs.device import resolve_device
+    from attnmt.train.training import perplexity
 
     device = resolve_device("auto")
     model, cfg, src_tok, tgt_tok = load_model(run_dir, "best", device)

@@ -26,7 +26,7 @@ from attnmt.decode.force import Member, prepare_source
 from attnmt.decode.search import beam_search, greedy_search
 from attnmt.decode.translate import Translation, Translator, load_model
 from attnmt.errors import UserError
-from attnmt.train.training import resolve_device
+from attnmt.runs.device import resolve_device
 
 MODES = ("logprob", "prob")
 

@@ -17,8 +17,8 @@ from attnmt.data.batching import collate
 from attnmt.data.vocab import Tokenizer, load_tokenizer, map_pieces_to_words
 from attnmt.decode.search import Hypothesis, beam_search, greedy_search
 from attnmt.models import build_model
-from attnmt.train.checkpoint import find_checkpoint, load_weights
-from attnmt.train.training import resolve_device
+from attnmt.runs.checkpoint import find_checkpoint, load_weights
+from attnmt.runs.device import resolve_device
 
 
 @dataclass

@@ -28,7 +28,7 @@ from attnmt.data.vocab import BOS, load_tokenizer
 from attnmt.errors import UserError
 from attnmt.attention.window import window_boundaries
 from attnmt.models import build_model
-from attnmt.train.checkpoint import find_checkpoint, load_weights
+from attnmt.runs.checkpoint import find_checkpoint, load_weights
 
 
 def load_run(run_dir: str | Path, checkpoint: str = "best"):

@@ -19,7 +19,7 @@ from attnmt.config import load_config
 from attnmt.data.vocab import load_tokenizer
 from attnmt.errors import UserError
 from attnmt.models import build_model
-from attnmt.train.checkpoint import list_checkpoints, load_weights, save_checkpoint
+from attnmt.runs.checkpoint import list_checkpoints, load_weights, save_checkpoint
 
 _RUN_FILES = ("config.yaml", "src.vocab", "tgt.vocab", "src.spm.model", "tgt.spm.model",
               "src.spm.vocab", "tgt.spm.vocab")

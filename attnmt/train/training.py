@@ -32,24 +32,17 @@ from attnmt.data.batching import Batch, iterate_batches, make_batches
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.models import build_model
-from attnmt.train.checkpoint import (
+from attnmt.runs.checkpoint import (
     find_checkpoint,
     load_trainer_state,
     load_weights,
     save_checkpoint,
 )
+from attnmt.runs.device import resolve_device
 from attnmt.train.data import TaskData, prepare_data
 
 
 # -- devices and processes ----------------------------------------------------------------------
-def resolve_device(name: str = "auto") -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} requested but CUDA is not available")
-    return torch.device(name)
-
-
 @dataclass
 class Dist:
     rank: int = 0

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
-from attnmt.data.sword import SwordTools, entry_paragraphs
+from attnmt.corpora.sword import SwordTools, entry_paragraphs
 from attnmt.errors import UserError
 
 

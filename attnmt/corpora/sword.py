@@ -3,7 +3,7 @@
 ``mod2imp MODULE`` (Debian package libsword-utils) dumps a module as "IMP" text: a line
 ``$$$Book C:V`` followed by that entry's raw OSIS markup. This module turns that into
 ``{osis_key: raw}`` and the raw markup into plain text plus the set of Strong's numbers
-that tag the entry's words (the alignment signal used by :mod:`attnmt.data.versification`).
+that tag the entry's words (the alignment signal used by :mod:`attnmt.corpora.versification`).
 
 Keys follow OSIS: ``Book.Chapter.Verse`` with the OSIS book abbreviation, e.g. ``1Sam.3.4``;
 a multi-verse segment is a range ``Job.39.27-Job.40.5``.

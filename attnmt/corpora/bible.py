@@ -4,10 +4,10 @@ Sources (all public domain, see docs/DATA.md): ``sword-text-web`` (engWEB2015eb,
 Bible) or ``sword-text-kjv`` (engKJV2006eb, King James) for English, ``sword-text-sparv``
 (spaRV1909eb, Reina-Valera 1909) for Spanish, read with ``mod2imp`` (libsword-utils).
 
-Pipeline: dump each module, strip markup (:func:`attnmt.data.sword.parse_verse`), fix three
+Pipeline: dump each module, strip markup (:func:`attnmt.corpora.sword.parse_verse`), fix three
 Spanish-module quirks (capitalised chapter openings, enclitic pronouns split off by markup,
 letter subscriptions appended to epistles' last verses), align KJV <-> Spanish by Strong's
-numbers (:mod:`attnmt.data.versification`; KJV and the Spanish module share KJV keys), carry
+numbers (:mod:`attnmt.corpora.versification`; KJV and the Spanish module share KJV keys), carry
 the alignment over to the WEB by key, and split by whole books.
 
 Output in ``DIR``: ``{train,dev,test}.{en,es,keys}`` (line-aligned), ``align_log.tsv`` (every
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnmt.data import debian, outputs
+from attnmt.corpora import debian, outputs
 from attnmt.data.corpus import write_lines
-from attnmt.data.sword import (
+from attnmt.corpora.sword import (
     JUNCTION,
     SwordTools,
     book_of,
@@ -34,7 +34,7 @@ from attnmt.data.sword import (
     range_key,
     sort_keys,
 )
-from attnmt.data.versification import AlignConfig, Segment, Verse, align_bibles, keep_segment
+from attnmt.corpora.versification import AlignConfig, Segment, Verse, align_bibles, keep_segment
 from attnmt.errors import UserError
 
 FORMAT = 1  # bump when the output of the same sources changes

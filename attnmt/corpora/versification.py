@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attnmt.data.sword import book_of
+from attnmt.corpora.sword import book_of
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from attnmt.data import debian, domain_text, outputs
+from attnmt.corpora import debian, domain_text, outputs
 from attnmt.data.corpus import write_lines
-from attnmt.data.sword import SwordTools
+from attnmt.corpora.sword import SwordTools
 from attnmt.errors import UserError
 
 FORMAT = 1
@@ -210,7 +210,7 @@ def build_domains(
     for name in domains:
         d = out / name
         if name == "bible":
-            from attnmt.data.bible import build_bible
+            from attnmt.corpora.bible import build_bible
 
             bdir = Path(bible_dir) if bible_dir else out / "cache" / "bible"
             result[name] = _bible_domain(
