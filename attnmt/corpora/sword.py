@@ -218,14 +218,6 @@ def _finish(s: str) -> str:
     return re.sub(r"\s+", " ", s.replace(BREAK, "")).strip()
 
 
-def strip_markup(raw: str) -> str:
-    return parse_verse(raw)[0]
-
-
-def strongs_numbers(raw: str) -> frozenset[str]:
-    return parse_verse(raw)[1]
-
-
 # ---------------------------------------------------------------- running mod2imp
 
 
