@@ -72,6 +72,16 @@ class ModelConfig:
     window_temperature: float = 0.0  # boundary-pointer τ; 0 = 1/sqrt(head dim)
     relative_clip: int = 16  # Shaw et al. clipping distance k
 
+    @property
+    def location(self) -> bool:
+        """Global attention with the location score, a_t = softmax(W_a h_t), which covers the
+        first ``max_src_len`` source positions only."""
+        return self.attention == "global" and self.score == "location"
+
+    def source_limit(self) -> int | None:
+        """Source pieces a model reads (longer sources are cut); None = all."""
+        return self.max_src_len if self.location else None
+
 
 @dataclass
 class TrainConfig:

@@ -9,9 +9,9 @@ from torch import nn
 
 from attnmt.config import Config, apply_overrides, save_config
 from attnmt.data.vocab import WordTokenizer
-from attnmt.decode.force import Member
 from attnmt.models import build_model
 from attnmt.runs.checkpoint import save_checkpoint
+from attnmt.runs.loader import Run
 
 SRC = ["the old dog saw a cat", "a cat saw the dog", "the dog runs", "Anna saw the old cat"]
 TGT = ["el perro viejo vio un gato", "un gato vio el perro", "el perro corre", "Anna vio el gato viejo"]
@@ -71,9 +71,9 @@ class OneHotAttention(nn.Module):
         return torch.zeros(B, T, self.vocab), w
 
 
-def stub_member(reverse: bool, score: str, src_lines: list[str]) -> Member:
+def stub_member(reverse: bool, score: str, src_lines: list[str]) -> Run:
     cfg = apply_overrides(Config(), [f"data.reverse_source={reverse}", "model.attention=global",
                                      f"model.score={score}"])
     src_tok = WordTokenizer.build(src_lines, lang="en")
     tgt_tok = WordTokenizer.build(["x y z"], lang="es")
-    return Member(OneHotAttention(len(tgt_tok)), cfg, src_tok, tgt_tok)
+    return Run(OneHotAttention(len(tgt_tok)), cfg, src_tok, tgt_tok)

@@ -9,7 +9,7 @@ import pytest
 from attnmt.corpora.agreement import NOUNS, generate, make_example, write_agreement
 from attnmt.data.labels import LabelSet, read_classification
 from attnmt.errors import UserError
-from attnmt.models.classifier import accuracy_by_group
+from attnmt.eval.classify import accuracy_by_group
 
 SINGULAR = {s for s, _ in NOUNS}
 PLURAL = {p for _, p in NOUNS}
@@ -81,7 +81,7 @@ def test_accuracy_by_group():
 
 
 def test_classifier_trains_end_to_end(tmp_path):
-    from attnmt.models.classifier import evaluate_file
+    from attnmt.eval.classify import evaluate_file
     from attnmt.train.training import run_training
 
     rng = random.Random(0)

@@ -10,9 +10,10 @@ from attnmt.cli.main import main
 from attnmt.data.batching import collate
 from attnmt.decode.ensemble import Ensemble, EnsembleTranslator, load_members, load_translator
 from attnmt.decode.search import beam_search, greedy_search
-from attnmt.decode.translate import Translator, load_model
+from attnmt.decode.translate import Translator
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import list_checkpoints, load_weights
+from attnmt.runs.loader import load_run
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,8 @@ def runs(tmp_path_factory):
 
 
 def _batch(run):
-    model, cfg, src_tok, _ = load_model(run)
+    loaded = load_run(run, device="cpu")
+    model, cfg, src_tok = loaded.model, loaded.cfg, loaded.src_tok
     ids = [src_tok.encode(s) for s in SRC]
     if cfg.data.reverse_source:
         ids = [x[::-1] for x in ids]

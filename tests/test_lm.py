@@ -105,7 +105,7 @@ def test_eval_reports_token_and_word_perplexity(bpe_lm_run, tiny_corpus, capsys)
     from attnmt.cli.main import main
     from attnmt.data.batching import encode_corpus
     from attnmt.data.corpus import read_lines
-    from attnmt.decode.translate import load_model
+    from attnmt.runs.loader import load_run
     from attnmt.train.training import perplexity
 
     run, _ = bpe_lm_run
@@ -120,7 +120,8 @@ def test_eval_reports_token_and_word_perplexity(bpe_lm_run, tiny_corpus, capsys)
     assert math.log(row["word_ppl"]) * (row["words"] + row["sentences"]) == pytest.approx(-row["logprob"], rel=1e-9)
     assert row["word_ppl"] > row["ppl"]
     # the same number the trainer's validation computes
-    model, _, _, tok = load_model(run)
+    loaded = load_run(run, device="cpu")
+    model, tok = loaded.model, loaded.tgt_tok
     ids = encode_corpus(tok, lines)
     ref = perplexity(model, [[] for _ in ids], ids, torch.device("cpu"))
     assert row["ppl"] == pytest.approx(ref["ppl"], rel=1e-5) and row["tokens"] == ref["tokens"]

@@ -331,7 +331,7 @@ ngram: {{path: train, order: 3, alpha: 0.5, anneal_steps: {k}}}
 
 def test_training_with_the_residual_end_to_end(tmp_path, capsys):
     from attnmt.cli.main import main
-    from attnmt.decode.translate import load_model
+    from attnmt.runs.loader import load_run
     from attnmt.runs.checkpoint import find_checkpoint, load_weights
 
     d = tmp_path / "data"
@@ -349,7 +349,8 @@ def test_training_with_the_residual_end_to_end(tmp_path, capsys):
     assert (run / "ngram.train.bin").is_file()
     # the checkpoint holds the neural weights only, and loads into the plain model
     weights = load_weights(find_checkpoint(run, "last") / "model.safetensors")
-    model, cfg, _, tgt_tok = load_model(run, "last")
+    loaded = load_run(run, "last", "cpu")
+    model, cfg, tgt_tok = loaded.model, loaded.cfg, loaded.tgt_tok
     assert isinstance(model, NgramResidual) and model.alpha == 0.0  # annealed to 0 at step 12 = K
     assert weights.keys() == model.model.state_dict().keys()
     assert all(torch.equal(weights[k], v) for k, v in model.model.state_dict().items())

@@ -8,8 +8,8 @@ from analysis_fixtures import make_run, stub_member
 
 from attnmt.cli.main import main
 from attnmt.data.vocab import WordTokenizer
-from attnmt.decode.force import Member, force_attention
-from attnmt.decode.translate import Translation, load_model
+from attnmt.decode.force import force_attention
+from attnmt.decode.translate import Translation
 from attnmt.decode.unk_replace import (
     load_dictionary,
     replace_pieces,
@@ -18,6 +18,7 @@ from attnmt.decode.unk_replace import (
     translate_word,
 )
 from attnmt.errors import UserError
+from attnmt.runs.loader import load_run
 
 
 def test_replace_pieces_picks_argmax_attended_source_word():
@@ -136,8 +137,7 @@ def test_cli_replace_unk_with_dictionary(tmp_path, capsys):
     allowed = {"perro", "gato", "el", "vio", "Anna"}
     assert all(w in allowed for x in lines for w in x.split())
     # the choice is the argmax of the force-decoded attention row that predicted each <unk>
-    model, cfg, src_tok, tgt_tok = load_model(run)
-    member = Member(model, cfg, src_tok, tgt_tok)
+    member = load_run(run, device="cpu")
     n = len(lines[1].split())
     rows = force_attention(member, ["the cat"], [[1] * n])[0]
     expected = [{"the": "el", "cat": "gato"}[["the", "cat"][int(r.argmax())]] for r in rows[:n]]

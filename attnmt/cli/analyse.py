@@ -105,7 +105,7 @@ def run_heatmap(args: argparse.Namespace) -> int:
     import csv
 
     from attnmt.decode.ensemble import load_members
-    from attnmt.decode.force import force_attention, output_rows, prepare_source, resolve_timing
+    from attnmt.decode.force import force_attention, output_rows, resolve_timing
     from attnmt.decode.translate import Translator
     from attnmt.eval.plots import plot_heatmap
 
@@ -116,12 +116,10 @@ def run_heatmap(args: argparse.Namespace) -> int:
         text = args.target.lower() if member.cfg.data.lowercase else args.target
         ids = member.tgt_tok.encode(text)
     else:
-        translator = Translator(member.model, member.cfg, member.src_tok, member.tgt_tok,
-                                next(member.model.parameters()).device)
-        best = translator.translate([args.input], beam=args.beam)[0][0]
+        best = Translator.of(member).translate([args.input], beam=args.beam)[0][0]
         ids = member.tgt_tok.encode_pieces(best.tgt_pieces)
         print(best.text)
-    src_pieces, _, _ = prepare_source(member.cfg, member.src_tok, args.input)
+    src_pieces = member.source(args.input).pieces
     tgt_pieces = [member.tgt_tok.piece(i) for i in ids]
     timing = resolve_timing(member.cfg, args.timing)
     rows = output_rows(force_attention(member, [args.input], [ids])[0], len(ids), timing)

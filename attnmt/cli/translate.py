@@ -44,11 +44,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--beam and --nbest must be >= 1 and --nbest <= --beam")
     if args.dict and not args.replace_unk:
         raise UserError("--dict needs --replace-unk")
-    translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode)
-    if args.ngram or args.alpha is not None:
-        from attnmt.ngram.residual import override_translator
-
-        override_translator(translator, args.ngram, args.alpha)
+    translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
+                                 args.ngram, args.alpha)
     if args.input:
         lines = read_lines(args.input)
     else:

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from attnmt.data.batching import collate
-from attnmt.data.vocab import UNK, Tokenizer
-from attnmt.decode.force import Member, prepare_source
-from attnmt.decode.search import beam_search, greedy_search
-from attnmt.decode.translate import Translation, Translator, load_model
+from attnmt.data.batching import Batch, collate
+from attnmt.data.vocab import Tokenizer
+from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
-from attnmt.runs.device import resolve_device
+from attnmt.runs.loader import Run, Source, load_run
 
 MODES = ("logprob", "prob")
 
@@ -35,15 +34,15 @@ def _pieces(tok: Tokenizer) -> list[str]:
     return [tok.piece(i) for i in range(len(tok))]
 
 
-def load_members(runs: list[str], checkpoint: str = "best", device: str = "auto") -> list[Member]:
+def load_members(runs: list[str], checkpoint: str = "best", device: str = "auto",
+                 ngram: str | None = None, alpha: float | None = None) -> list[Run]:
     """Load every run; all must share the target vocabulary (same pieces, same ids)."""
-    dev = resolve_device(device)
     members = []
     for run in runs:
-        model, cfg, src_tok, tgt_tok = load_model(run, checkpoint, dev)
-        if cfg.task != "translate":
+        member = load_run(run, checkpoint, device, ngram, alpha)
+        if member.cfg.task != "translate":
             raise UserError("only translation models can be combined", run)
-        members.append(Member(model, cfg, src_tok, tgt_tok, str(run)))
+        members.append(member)
     first = members[0]
     reference = _pieces(first.tgt_tok)
     for m in members[1:]:
@@ -89,70 +88,58 @@ class Ensemble:
         return combined, [o[1] for o in outs], None
 
 
-class EnsembleTranslator:
-    """Translator-like front end: text in, ``Translation`` objects out (no attention matrices)."""
+class MemberSources(NamedTuple):
+    """A source line as every member reads it; the first three fields are member 0's reading,
+    which orders the batches and sets the output length limit."""
 
-    def __init__(self, members: list[Member], mode: str = "logprob"):
-        self.members = members
+    pieces: list[str]
+    words: list[int]
+    ids: list[int]
+    each: list[Source]
+
+
+class EnsembleTranslator(Translator):
+    """Translator over an Ensemble: text in, ``Translation`` objects out (no attention matrices)."""
+
+    def __init__(self, members: list[Run], mode: str = "logprob"):
+        first = members[0] if members else None
         self.ensemble = Ensemble([m.model for m in members], mode)
-        self.tgt_tok = members[0].tgt_tok
-        self.device = next(members[0].model.parameters()).device
+        super().__init__(self.ensemble, first.cfg, first.src_tok, first.tgt_tok, first.device)
+        self.members = members
 
-    def _batch(self, member: Member, prepared: list[list[int]]):
-        ids = [p or [UNK] for p in prepared]
-        if member.cfg.data.reverse_source:
-            ids = [seq[::-1] for seq in ids]
-        return collate(ids, None, list(range(len(ids)))).to(self.device)
+    @property
+    def runs(self) -> list[Run]:
+        return self.members
 
-    def translate(
-        self,
-        lines: list[str],
-        beam: int = 5,
-        nbest: int = 1,
-        batch_size: int = 32,
-        length_penalty: float = 1.0,
-        max_len_ratio: float = 2.0,
-        with_attention: bool = False,
-        max_len_cap: int = 512,
-    ) -> list[list[Translation]]:
-        prepared = [[prepare_source(m.cfg, m.src_tok, line) for m in self.members] for line in lines]
-        order = sorted(range(len(lines)), key=lambda i: len(prepared[i][0][2]), reverse=True)
-        results: list[list[Translation]] = [[] for _ in lines]
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            batches = [self._batch(m, [prepared[i][k][2] for i in chunk]) for k, m in enumerate(self.members)]
-            self.ensemble.bind([(b.src, b.src_lengths) for b in batches])
-            src, lengths = batches[0].src, batches[0].src_lengths  # member 0 sets the length limit
-            if beam <= 1:
-                hyps = greedy_search(self.ensemble, src, lengths, max_len_ratio, max_len_cap=max_len_cap)
-            else:
-                hyps = beam_search(self.ensemble, src, lengths, beam, nbest, length_penalty, max_len_ratio,
-                                   max_len_cap=max_len_cap)
+    def _prepare(self, line: str) -> MemberSources:
+        each = [m.source(line) for m in self.members]
+        return MemberSources(*each[0], each)
+
+    def _batch(self, prepared: list[MemberSources], index: list[int]) -> tuple[list[list[int]], Batch]:
+        """Member 0's batch for the search; every member's own batch bound to the ensemble."""
+        ids = [m.source_ids([p.each[k] for p in prepared]) for k, m in enumerate(self.members)]
+        batches = [collate(x, None, index).to(self.device) for x in ids]
+        self.ensemble.bind([(b.src, b.src_lengths) for b in batches])
+        return ids[0], batches[0]
+
+    def translate(self, lines: list[str], *args, **kwargs) -> list[list[Translation]]:
+        try:
+            return super().translate(lines, *args, **kwargs)
+        finally:
             self.ensemble.bind(None)
-            for i, sent_hyps in zip(chunk, hyps):
-                results[i] = [self._finish(prepared[i][0][0], h.tokens, h.score) for h in sent_hyps]
-        return results
-
-    def _finish(self, src_pieces: list[str], tokens: list[int], score: float) -> Translation:
-        return Translation(self.tgt_tok.decode(tokens), score, src_pieces, [self.tgt_tok.piece(i) for i in tokens])
-
-
-def members_of(translator) -> list[Member]:
-    """The models behind a Translator or an EnsembleTranslator."""
-    if isinstance(translator, EnsembleTranslator):
-        return translator.members
-    return [Member(translator.model, translator.cfg, translator.src_tok, translator.tgt_tok)]
 
 
 def load_translator(
-    runs: list[str], checkpoint: str = "best", device: str = "auto", mode: str = "logprob"
-) -> Translator | EnsembleTranslator:
-    """A Translator for one run, an EnsembleTranslator for several."""
+    runs: list[str], checkpoint: str = "best", device: str = "auto", mode: str = "logprob",
+    ngram: str | None = None, alpha: float | None = None,
+) -> Translator:
+    """A Translator for one run, an EnsembleTranslator for several (``ngram``/``alpha``: NgramRes
+    plug and play for every model, see attnmt/ngram/residual.py)."""
     if mode not in MODES:
         raise UserError(f"--ensemble-mode must be one of {', '.join(MODES)}, not {mode!r}")
     for run in runs:
         if not Path(run).is_dir():
             raise UserError("run directory not found", run)
     if len(runs) == 1:
-        return Translator.from_run(runs[0], checkpoint, device)
-    return EnsembleTranslator(load_members(runs, checkpoint, device), mode)
+        return Translator.from_run(runs[0], checkpoint, device, ngram, alpha)
+    return EnsembleTranslator(load_members(runs, checkpoint, device, ngram, alpha), mode)

@@ -27,31 +27,14 @@ one included (its "input" row is the step that predicts </s>).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from attnmt.config import Config
 from attnmt.data.batching import collate
-from attnmt.data.vocab import UNK, Tokenizer
 from attnmt.errors import UserError
+from attnmt.runs.loader import Run
 
 TIMINGS = ("predicted", "input", "paper")
-
-
-@dataclass
-class Member:
-    """One trained model with what is needed to feed it text."""
-
-    model: torch.nn.Module
-    cfg: Config
-    src_tok: Tokenizer
-    tgt_tok: Tokenizer
-    name: str = ""
-
-
-def is_location(cfg: Config) -> bool:
-    return cfg.model.attention == "global" and cfg.model.score == "location"
 
 
 def resolve_timing(cfg: Config, timing: str = "predicted") -> str:
@@ -59,25 +42,13 @@ def resolve_timing(cfg: Config, timing: str = "predicted") -> str:
     if timing not in TIMINGS:
         raise UserError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
     if timing == "paper":
-        return "predicted" if is_location(cfg) else "input"
+        return "predicted" if cfg.model.location else "input"
     return timing
-
-
-def prepare_source(cfg: Config, src_tok: Tokenizer, line: str) -> tuple[list[str], list[int], list[int]]:
-    """(pieces, whitespace-word index of each piece, ids) of a source line, as the model reads it
-    (lower-cased if the run was; cut to max_src_len for the location score). Input order."""
-    if cfg.data.lowercase:
-        line = line.lower()
-    pieces, words = src_tok.split_with_words(line)
-    ids = src_tok.encode_pieces(pieces)
-    if is_location(cfg):
-        ids = ids[: cfg.model.max_src_len]
-    return pieces[: len(ids)], words[: len(ids)], ids
 
 
 @torch.no_grad()
 def force_attention(
-    member: Member,
+    member: Run,
     src_lines: list[str],
     tgt_ids: list[list[int]],
     batch_size: int = 32,
@@ -87,11 +58,8 @@ def force_attention(
     model, cfg = member.model, member.cfg
     if not getattr(model, "has_attention", True):
         raise UserError("this model has no attention to align with", member.name or None)
-    device = next(model.parameters()).device
-    src_ids = []
-    for line in src_lines:
-        ids = prepare_source(cfg, member.src_tok, line)[2] or [UNK]
-        src_ids.append(ids[::-1] if cfg.data.reverse_source else ids)
+    device = member.device
+    src_ids = member.source_ids([member.source(line) for line in src_lines])
     out: list[torch.Tensor] = [torch.empty(0)] * len(src_lines)
     order = sorted(range(len(src_lines)), key=lambda i: len(src_ids[i]), reverse=True)
     was_training = model.training

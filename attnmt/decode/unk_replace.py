@@ -39,9 +39,10 @@ from dataclasses import dataclass
 import torch
 
 from attnmt.data.vocab import Tokenizer
-from attnmt.decode.force import Member, force_attention, output_rows, prepare_source, resolve_timing
-from attnmt.decode.translate import Translation
+from attnmt.decode.force import force_attention, output_rows, resolve_timing
+from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
+from attnmt.runs.loader import Run
 
 UNK_PIECE = "<unk>"
 _PUNCT = string.punctuation + "“”‘’«»¿¡…"
@@ -132,13 +133,13 @@ class UnkStats:
                 f"({copied} copied, {self.from_dictionary} from the dictionary)")
 
 
-def _unk_attention(members: list[Member], line: str, ids: list[int], timing: str,
+def _unk_attention(members: list[Run], line: str, ids: list[int], timing: str,
                    rows_of: dict[int, list[torch.Tensor]], k: int) -> torch.Tensor:
     """(len(ids), source words) attention of each output piece, averaged over the members."""
     n_words = len(line.split())
     total = torch.zeros(len(ids), n_words)
     for m, member in enumerate(members):
-        _, words, _ = prepare_source(member.cfg, member.src_tok, line)
+        words = member.source(line).words
         rows = output_rows(rows_of[m][k], len(ids), resolve_timing(member.cfg, timing))
         src_map = torch.zeros(rows.size(1), n_words)
         for piece, w in enumerate(words[: rows.size(1)]):
@@ -149,7 +150,7 @@ def _unk_attention(members: list[Member], line: str, ids: list[int], timing: str
 
 
 def replace_unks(
-    members: list[Member],
+    members: list[Run],
     lines: list[str],
     results: list[list[Translation]],
     dictionary: dict[str, str] | None = None,
@@ -179,14 +180,12 @@ def replace_unks(
     return new, stats
 
 
-def replace_unks_cli(translator, lines: list[str], results: list[list[Translation]],
+def replace_unks_cli(translator: Translator, lines: list[str], results: list[list[Translation]],
                      dict_path: str | None = None, timing: str = "predicted") -> list[list[Translation]]:
     """``translate --replace-unk``: replace, then report the counts on stderr."""
     import sys
 
-    from attnmt.decode.ensemble import members_of
-
-    members = members_of(translator)
+    members = translator.runs
     dictionary = load_dictionary(dict_path, target_rank(members[0].tgt_tok)) if dict_path else None
     results, stats = replace_unks(members, lines, results, dictionary, timing)
     print(f"attnmt: {stats.summary()}", file=sys.stderr)

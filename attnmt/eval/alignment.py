@@ -25,15 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnmt.decode.force import (
-    Member,
-    force_attention,
-    output_rows,
-    prepare_source,
-    resolve_timing,
-    word_attention,
-)
+from attnmt.decode.force import force_attention, output_rows, resolve_timing, word_attention
 from attnmt.errors import UserError
+from attnmt.runs.loader import Run
 
 _LINK = re.compile(r"^(\d+)([-?])(\d+)$")
 
@@ -110,7 +104,7 @@ class ForcedAlignment:
 
 
 def force_align(
-    members: list[Member],
+    members: list[Run],
     src_lines: list[str],
     tgt_lines: list[str],
     timing: str = "predicted",
@@ -130,7 +124,7 @@ def force_align(
         concrete = resolve_timing(member.cfg, timing)
         rows = force_attention(member, src_lines, tgt_ids, batch_size)
         for k, line in enumerate(src_lines):
-            _, src_words, _ = prepare_source(member.cfg, member.src_tok, line)
+            src_words = member.source(line).words
             n_tgt = len(tgt_ids[k])
             if not src_words or not n_tgt:
                 continue

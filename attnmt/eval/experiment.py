@@ -170,8 +170,8 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     """Translate the test set with the row's model(s), then BLEU and (single models) perplexity.
     Rows with unk replacement also report the BLEU before replacement, of copying only (no
     dictionary) and with the paper's attention timing (attnmt.decode.force)."""
-    from attnmt.cli.score import model_perplexity
-    from attnmt.decode.ensemble import load_translator, members_of
+    from attnmt.eval.perplexity import run_perplexity
+    from attnmt.decode.ensemble import load_translator
     from attnmt.decode.unk_replace import load_dictionary, replace_unks, target_rank
     from attnmt.eval.scoring import score_all
 
@@ -190,7 +190,7 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
 
     if row.unk:
         result["bleu_before_replace"] = score_all(first(results), ref, s.tgt)["bleu"]
-        members = members_of(translator)
+        members = translator.runs
         if s.dictionary:
             copied, _ = replace_unks(members, src, results, None)
             result["bleu_copy_only"] = score_all(first(copied), ref, s.tgt)["bleu"]
@@ -206,7 +206,7 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     write_lines(s.out / "hyp" / f"{row.name}.txt", hyps)
     result.update(score_all(hyps, ref, s.tgt))
     if len(runs) == 1:
-        result["ppl"] = model_perplexity(str(runs[0]), str(s.out / f"test.{s.src}"),
+        result["ppl"] = run_perplexity(str(runs[0]), str(s.out / f"test.{s.src}"),
                                          str(s.out / f"test.{s.tgt}"))["ppl"]
     return result
 

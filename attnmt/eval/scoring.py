@@ -45,3 +45,14 @@ def score_all(hyps: list[str], refs: list[str], lang: str = "en") -> dict:
     out["chrf"] = chrf(hyps, refs)
     out["sentences"] = len(hyps)
     return out
+
+
+def score_files(hyp_path: str, ref_path: str, lang: str = "en") -> dict:
+    """``score_all`` of two files with one sentence a line (their line counts must agree)."""
+    from attnmt.data.corpus import read_lines
+    from attnmt.errors import UserError
+
+    refs, hyps = read_lines(ref_path), read_lines(hyp_path)
+    if len(hyps) != len(refs):
+        raise UserError(f"line counts differ: {hyp_path} has {len(hyps)} lines, {ref_path} has {len(refs)}")
+    return score_all(hyps, refs, lang)

@@ -23,30 +23,20 @@ matplotlib.use("Agg")  # before pyplot is imported: no display on servers
 import matplotlib.pyplot as plt
 import torch
 
-from attnmt.config import load_config
-from attnmt.data.vocab import BOS, load_tokenizer
-from attnmt.errors import UserError
 from attnmt.attention.window import window_boundaries
-from attnmt.models import build_model
-from attnmt.runs.checkpoint import find_checkpoint, load_weights
+from attnmt.data.vocab import BOS
+from attnmt.errors import UserError
+from attnmt.ngram.residual import unwrap
+from attnmt.runs.loader import load_run
 
 
-def load_run(run_dir: str | Path, checkpoint: str = "best"):
-    """(model, cfg, src tokenizer|None, tgt tokenizer|LabelSet) of any Transformer run, on CPU."""
-    run_dir = Path(run_dir)
-    cfg = load_config(run_dir / "config.yaml")
-    if cfg.model.type != "transformer":
+def transformer_run(run_dir: str | Path, checkpoint: str = "best"):
+    """(model, cfg, src tokenizer|None, tgt tokenizer|LabelSet) of any Transformer run, on CPU;
+    the neural model alone (a run's n-gram model does not change its attention)."""
+    run = load_run(run_dir, checkpoint, "cpu")
+    if run.cfg.model.type != "transformer":
         raise UserError("window analysis needs a run with model.type: transformer", str(run_dir))
-    if cfg.task == "classify":
-        from attnmt.data.labels import LabelSet
-
-        src_tok, tgt = load_tokenizer(run_dir, "src"), LabelSet.load(run_dir)
-    else:
-        src_tok = load_tokenizer(run_dir, "src") if cfg.task == "translate" else None
-        tgt = load_tokenizer(run_dir, "tgt")
-    model = build_model(cfg, len(src_tok) if src_tok else 0, len(tgt))
-    model.load_state_dict(load_weights(find_checkpoint(run_dir, checkpoint) / "model.safetensors"))
-    return model.eval(), cfg, src_tok, tgt
+    return unwrap(run.model), run.cfg, run.src_tok, run.tgt_tok
 
 
 @torch.no_grad()
@@ -149,7 +139,7 @@ def analyse_windows(run_dir: str, sentence: str, out_dir: str, checkpoint: str =
     """Write one PNG per (kind, layer) and windows.json into out_dir; returns the JSON object."""
     if not sentence.strip():
         raise UserError("--input is empty")
-    model, cfg, src_tok, tgt_tok = load_run(run_dir, checkpoint)
+    model, cfg, src_tok, tgt_tok = transformer_run(run_dir, checkpoint)
     data = collect(model, cfg, src_tok, tgt_tok, sentence, target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +208,7 @@ def corpus_window_statistics(run_dir: str, input_path: str, target_path: str | N
     references: faster, and the windows are then those of the reference alignment)."""
     from attnmt.data.corpus import read_lines
 
-    model, cfg, src_tok, tgt_tok = load_run(run_dir, checkpoint)
+    model, cfg, src_tok, tgt_tok = transformer_run(run_dir, checkpoint)
     inputs = read_lines(input_path)
     targets = read_lines(target_path) if target_path else None
     if targets is not None and len(targets) != len(inputs):

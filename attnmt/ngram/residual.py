@@ -100,9 +100,6 @@ class NgramResidual(nn.Module):
     def alpha(self) -> float:
         return annealed_alpha(self.base_alpha, self.anneal_steps, self.step_fn())
 
-    def set_step(self, step: int) -> None:
-        self.step_fn = lambda: step
-
     def set_ngram(self, ngram: NgramLM) -> None:
         self.ngram = ngram
 
@@ -255,12 +252,10 @@ def override(
     tgt_tok,
     ngram_path: str | None = None,
     alpha: float | None = None,
-    mode: str | None = None,
-    lam: float | None = None,
 ) -> nn.Module:
-    """Plug and play: swap the n-gram model and/or set α, λ, mode of a loaded model (wrapping a
-    plain one, with ``cfg.ngram``'s settings as defaults). The neural weights are untouched."""
-    if ngram_path is None and alpha is None and mode is None and lam is None:
+    """Plug and play: swap the n-gram model and/or fix α of a loaded model (wrapping a plain one,
+    with ``cfg.ngram``'s settings as defaults). The neural weights are untouched."""
+    if ngram_path is None and alpha is None:
         return model
     if isinstance(model, NgramResidual):
         wrapper = model
@@ -276,24 +271,6 @@ def override(
         wrapper = NgramResidual(model, lm, cfg.ngram.alpha, 0, cfg.ngram.mode, cfg.ngram.lam)
     elif lm is not None:
         wrapper.set_ngram(lm)
-    if mode is not None:
-        check_settings(mode, wrapper.base_alpha, 0, wrapper.lam)
-        wrapper.mode = mode
-    if lam is not None:
-        check_settings(wrapper.mode, wrapper.base_alpha, 0, lam)
-        wrapper.lam = lam
     if alpha is not None:
         wrapper.set_alpha(alpha)
     return wrapper
-
-
-def override_translator(translator, ngram_path: str | None, alpha: float | None,
-                        mode: str | None = None, lam: float | None = None) -> None:
-    """``override`` for a Translator (``.model``) or an EnsembleTranslator (every member)."""
-    if hasattr(translator, "members"):
-        for member in translator.members:
-            member.model = override(member.model, member.cfg, member.tgt_tok, ngram_path, alpha, mode, lam)
-        translator.ensemble.models = [m.model for m in translator.members]
-    else:
-        translator.model = override(translator.model, translator.cfg, translator.tgt_tok,
-                                    ngram_path, alpha, mode, lam)

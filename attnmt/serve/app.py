@@ -74,8 +74,6 @@ def load_models(
         name, run = parse_model_spec(spec)
         if any(m.name == name for m in models):
             raise UserError(f"two models are named {name!r}; use NAME=RUN to tell them apart")
-        if not (Path(run) / "config.yaml").is_file():
-            raise UserError("not a training run directory (no config.yaml)", run)
         translator = Translator.from_run(run, checkpoint, device)
         if translator.cfg.task != "translate":
             raise UserError(f"a {translator.cfg.task!r} model cannot translate", run)
@@ -101,7 +99,7 @@ class TranslateRequest(BaseModel):
     alignment: bool = Field(False, description="return word alignments (source word, target word)")
 
 
-class Hypothesis(BaseModel):
+class HypothesisResult(BaseModel):
     text: str
     score: float
     src_words: list[str] | None = None
@@ -119,7 +117,7 @@ class SentenceResult(BaseModel):
     source: str
     text: str
     score: float
-    hypotheses: list[Hypothesis]
+    hypotheses: list[HypothesisResult]
 
 
 class TranslateResponse(BaseModel):
@@ -210,8 +208,8 @@ class BodyLimit:
 
 
 # -- results -------------------------------------------------------------------------------------
-def _hypothesis(source: str, t: Translation, attention: bool, alignment: bool) -> Hypothesis:
-    h = Hypothesis(text=t.text, score=round(float(t.score), 6))
+def _hypothesis(source: str, t: Translation, attention: bool, alignment: bool) -> HypothesisResult:
+    h = HypothesisResult(text=t.text, score=round(float(t.score), 6))
     if (attention or alignment) and t.attention is not None:
         h.src_words, h.tgt_words = source.split(), t.text.split()
         h.alignment = [(int(i), int(j)) for i, j in t.alignment]
@@ -393,7 +391,7 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
         out = []
         for source, hyps in zip(req.sentences, results):
             hs = [_hypothesis(source, h, req.attention, req.alignment) for h in hyps]
-            best = hs[0] if hs else Hypothesis(text="", score=0.0)
+            best = hs[0] if hs else HypothesisResult(text="", score=0.0)
             out.append(
                 SentenceResult(source=source, text=best.text, score=best.score, hypotheses=hs)
             )

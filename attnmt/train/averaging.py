@@ -15,14 +15,12 @@ from pathlib import Path
 
 import torch
 
-from attnmt.config import load_config
-from attnmt.data.vocab import load_tokenizer
 from attnmt.errors import UserError
-from attnmt.models import build_model
 from attnmt.runs.checkpoint import list_checkpoints, load_weights, save_checkpoint
+from attnmt.runs.loader import load_weights_into, model_for, read_run
 
 _RUN_FILES = ("config.yaml", "src.vocab", "tgt.vocab", "src.spm.model", "tgt.spm.model",
-              "src.spm.vocab", "tgt.spm.vocab")
+              "src.spm.vocab", "tgt.spm.vocab", "labels.txt")
 
 
 def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -55,13 +53,8 @@ def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os
         raise UserError("--out must differ from --model", str(out))
     chosen = ckpts[-last:]
     avg = average_state_dicts([load_weights(c / "model.safetensors") for c in chosen])
-    cfg = load_config(run / "config.yaml")
-    src_tok = load_tokenizer(run, "src") if cfg.task == "translate" else None
-    model = build_model(cfg, len(src_tok) if src_tok else 0, len(load_tokenizer(run, "tgt")))
-    try:
-        model.load_state_dict(avg)
-    except RuntimeError as err:
-        raise UserError(f"weights do not fit the config ({str(err).splitlines()[0]})", str(run)) from None
+    model = model_for(*read_run(run))
+    load_weights_into(model, avg, str(run))
     out.mkdir(parents=True, exist_ok=True)
     for name in _RUN_FILES:
         if (run / name).exists():

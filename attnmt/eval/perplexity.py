@@ -1,0 +1,196 @@
+"""Perplexity of a run, with or without an n-gram LM (NgramRes), per piece and per word.
+
+A language model scores text (one sentence a line), a translation model the targets of a parallel
+corpus given their sources; teacher forcing, </s> scored:
+
+    ppl      = exp(−Σ log P(token) / #tokens)                  tokens of the run's tokenizer + </s>
+    word_ppl = exp(−Σ log P(token) / (#words + #sentences))    a word's probability is the product of
+                                                               its pieces' (Li et al. 2022, §5.1);
+                                                               words = whitespace words of the text
+
+Settings, each scored from one neural forward pass and one n-gram query per batch:
+
+    Setting("residual", α)   NgramRes: softmax(φ(h) + α·log P_ng) (α = 0: the neural model alone)
+    Setting("interp", λ)     Prob-Inter: λ·P_neural + (1−λ)·P_ng
+    Setting("ngram")         the n-gram model alone, in the same token space
+
+``perplexity_report`` is ``attnmt eval``; ``run_perplexity`` the one number of ``attnmt score --model``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attnmt.data.batching import iterate_batches, make_batches
+from attnmt.data.corpus import read_lines, read_parallel
+from attnmt.data.vocab import PAD
+from attnmt.errors import UserError
+from attnmt.ngram.model import load_ngram
+from attnmt.ngram.residual import NgramResidual, check_vocab, combine, unwrap
+from attnmt.runs.loader import Run, load_run
+
+
+@dataclass(frozen=True)
+class Setting:
+    kind: str  # residual | interp | ngram
+    value: float = 0.0  # α or λ
+
+    @property
+    def label(self) -> str:
+        if self.kind == "residual":
+            return "neural" if self.value == 0 else f"ngramres alpha={self.value:g}"
+        if self.kind == "interp":
+            return f"prob-inter lambda={self.value:g}"
+        return "ngram"
+
+
+def configured_setting(model) -> Setting:
+    """The setting a loaded run decodes with: its n-gram mode and α (at the checkpoint's step)."""
+    if isinstance(model, NgramResidual):
+        return Setting(model.mode, model.lam if model.mode == "interp" else model.alpha)
+    return Setting("residual", 0.0)
+
+
+def encode_texts(run: Run, sources: list[str] | None, targets: list[str]) -> tuple[list, list, int]:
+    """(source ids, target ids, whitespace words of the targets) as the run reads them; pairs (or
+    LM lines) with an empty side are left out. ``sources`` is None for a language model."""
+    lower = (lambda x: x.lower()) if run.cfg.data.lowercase else (lambda x: x)
+    if sources is not None:
+        pairs = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()]
+        src = run.source_ids([run.source(s) for s, _ in pairs])
+        texts = [lower(t) for _, t in pairs]
+        tgt = [run.tgt_tok.encode(t) for t in texts]
+    else:
+        texts = [lower(x) for x in targets if x.strip()]
+        encoded = [run.tgt_tok.encode(t) for t in texts]
+        texts = [t for t, ids in zip(texts, encoded) if ids]
+        tgt = [ids for ids in encoded if ids]
+        src = [[] for _ in tgt]
+    return src, tgt, sum(len(t.split()) for t in texts)
+
+
+def _task_texts(run: Run, sources: list[str] | None, targets: list[str], where: str):
+    if run.cfg.task not in ("translate", "lm"):
+        raise UserError(f"perplexity is for lm and translate runs, not task {run.cfg.task!r}")
+    src, tgt, words = encode_texts(run, sources if run.cfg.task == "translate" else None, targets)
+    if not tgt:
+        raise UserError("no sentences to score", where)
+    return src, tgt, words
+
+
+def read_eval_data(run: Run, path: str) -> tuple[list[list[int]], list[list[int]], int]:
+    """``encode_texts`` of a file: LM text, or a parallel prefix / .tsv in the run's languages."""
+    if run.cfg.task == "translate":
+        return _task_texts(run, *read_parallel(path, run.cfg.data.src, run.cfg.data.tgt)[:2], path)
+    return _task_texts(run, None, read_lines(path), path)
+
+
+@torch.no_grad()
+def score_settings(model, ngram, settings: list[Setting], src, tgt, device, batch_tokens: int = 3000) -> list[float]:
+    """Total natural-log probability of ``tgt`` (</s> included) under each setting.
+
+    model: the plain neural model (φ); ngram: an NgramLM over the same ids, or None.
+    """
+    totals = [0.0] * len(settings)
+    model.eval()
+    if ngram is not None:
+        ngram.to(device)
+    for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
+        batch = batch.to(device)
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        logits = logits.float()
+        ng = ngram.sequence_logprobs(batch.tgt_in) if ngram is not None else None
+        mask = batch.tgt_out != PAD
+        gold = batch.tgt_out.unsqueeze(-1)
+        for i, s in enumerate(settings):
+            if s.kind == "ngram":
+                logp = ng
+            else:
+                logp = torch.log_softmax(combine(logits, ng, s.kind, s.value, s.value), dim=-1)
+            totals[i] += float(logp.gather(-1, gold).squeeze(-1)[mask].double().sum())
+    return totals
+
+
+def perplexities(model, ngram, settings: list[Setting], src, tgt, words: int, device,
+                 batch_tokens: int = 3000) -> list[dict]:
+    """One row per setting: ppl, word_ppl, logprob and the counts they are normalised by."""
+    totals = score_settings(model, ngram, settings, src, tgt, device, batch_tokens)
+    tokens = sum(len(t) + 1 for t in tgt)
+    sents = len(tgt)
+    rows = []
+    for s, total in zip(settings, totals):
+        rows.append({
+            "setting": s.label, "kind": s.kind, "value": s.value,
+            "ppl": math.exp(min(-total / tokens, 700)),
+            "word_ppl": math.exp(min(-total / (words + sents), 700)),
+            "logprob": total, "tokens": tokens, "words": words, "sentences": sents,
+        })
+    return rows
+
+
+def perplexity_report(
+    run_dir: str,
+    path: str,
+    checkpoint: str = "best",
+    device: str = "auto",
+    ngram_path: str | None = None,
+    alphas: list[float] = (),
+    lams: list[float] = (),
+    ngram_only: bool = False,
+    tune_on: str | None = None,
+    batch_tokens: int = 3000,
+) -> dict:
+    """Perplexity of run ``run_dir`` on ``path`` under its configured setting, or under a grid of
+    α (NgramRes) and λ (Prob-Inter) values; ``tune_on`` picks the grid's best setting on another
+    file. Returns {"model", "input", "results": rows, "best": label|None[, "tune_on", "dev"]}."""
+    run = load_run(run_dir, checkpoint, device)
+    model = unwrap(run.model)
+    ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
+    if ngram_path:
+        ngram = load_ngram(ngram_path)
+        check_vocab(ngram, run.tgt_tok, ngram_path)
+    if any(a < 0 for a in alphas) or any(not 0 <= x <= 1 for x in lams):
+        raise UserError("--alpha values must be >= 0 and --lambda values in [0, 1]")
+    grid = [Setting("residual", a) for a in alphas] + [Setting("interp", x) for x in lams]
+    if (grid and any(s.value != 0 or s.kind == "interp" for s in grid) or ngram_only) and ngram is None:
+        raise UserError("this run has no n-gram model; give one with --ngram")
+    settings = list(dict.fromkeys(([] if grid else [configured_setting(run.model)]) + grid
+                                  + ([Setting("ngram")] if ngram_only else [])))
+    device = run.device
+    out: dict = {"model": run_dir, "input": path}
+    chosen = None
+    if tune_on:
+        if len(grid) < 2:
+            raise UserError("--tune-on needs a grid: several --alpha and/or --lambda values")
+        dev_rows = perplexities(model, ngram, grid, *read_eval_data(run, tune_on), device, batch_tokens)
+        chosen = grid[min(range(len(grid)), key=lambda i: dev_rows[i]["ppl"])].label
+        out["tune_on"] = tune_on
+        out["dev"] = dev_rows
+    rows = perplexities(model, ngram, settings, *read_eval_data(run, path), device, batch_tokens)
+    if chosen is None and len(grid) > 1:
+        chosen = min((r for r in rows if r["kind"] != "ngram"), key=lambda r: r["ppl"])["setting"]
+    out["results"] = rows
+    out["best"] = chosen
+    return out
+
+
+def run_perplexity(run_dir: str, src_path: str | None, ref_path: str, device: str = "auto") -> dict:
+    """{"ppl", "tokens"} of the best checkpoint on ``ref_path`` (given ``src_path`` for a
+    translation run), as the run decodes (its n-gram setting included)."""
+    run = load_run(run_dir, "best", device)
+    refs = read_lines(ref_path)
+    srcs = None
+    if run.cfg.task == "translate":
+        if not src_path:
+            raise UserError("--src is needed for a translation model's perplexity")
+        srcs = read_lines(src_path)
+        if len(srcs) != len(refs):
+            raise UserError(f"line counts differ: {src_path} has {len(srcs)} lines, {ref_path} has {len(refs)}")
+    src, tgt, words = _task_texts(run, srcs, refs, ref_path)
+    ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
+    row = perplexities(unwrap(run.model), ngram, [configured_setting(run.model)], src, tgt, words,
+                       run.device, 4000)[0]
+    return {"ppl": round(row["ppl"], 3), "tokens": row["tokens"]}

@@ -1,0 +1,115 @@
+"""The one way to load a trained run: model, config and tokenizers for every caller.
+
+    run = load_run("runs/gdf")                      # BEST checkpoint, device "auto", eval mode
+    run.model, run.cfg, run.src_tok, run.tgt_tok    # tgt_tok: a LabelSet for classify runs
+    run.source("a sentence")                        # (pieces, word of each piece, ids) as it reads
+    run.source_ids([run.source(line)])              # id lists in the order the encoder reads them
+
+translate, align and heat maps, ensembles, window analysis, the server, perplexity and accuracy
+all load through ``load_run``. ``ngram``/``alpha`` swap a run's n-gram model or fix its α
+(NgramRes plug and play, attnmt/ngram/residual.py) at load time; the neural weights are untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from attnmt.config import Config, load_config
+from attnmt.data.labels import LabelSet
+from attnmt.data.vocab import UNK, Tokenizer, load_tokenizer
+from attnmt.errors import UserError
+from attnmt.models import build_model
+from attnmt.runs.checkpoint import find_checkpoint, load_weights
+from attnmt.runs.device import resolve_device
+
+
+class Source(NamedTuple):
+    """A source line as a model reads it, in input order (reversal is applied by ``source_ids``)."""
+
+    pieces: list[str]
+    words: list[int]  # whitespace-word index of each piece
+    ids: list[int]
+
+
+@dataclass
+class Run:
+    """A model with what is needed to feed it text (``name``: where it came from, for messages)."""
+
+    model: nn.Module
+    cfg: Config
+    src_tok: Tokenizer | None
+    tgt_tok: Tokenizer | LabelSet
+    name: str = ""
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def source(self, line: str) -> Source:
+        """Lower-cased if the run was trained so; cut to ``model.max_src_len`` pieces when the
+        location score (which covers that many positions) is used."""
+        if self.cfg.data.lowercase:
+            line = line.lower()
+        pieces, words = self.src_tok.split_with_words(line)
+        ids = self.src_tok.encode_pieces(pieces)[: self.cfg.model.source_limit()]
+        return Source(pieces[: len(ids)], words[: len(ids)], ids)
+
+    def source_ids(self, sources: list[Source]) -> list[list[int]]:
+        """Encoder input: an empty source becomes one <unk>; reversed if the run reverses."""
+        ids = [s.ids or [UNK] for s in sources]
+        return [seq[::-1] for seq in ids] if self.cfg.data.reverse_source else ids
+
+
+def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer | None, Tokenizer | LabelSet]:
+    """A run directory's config, source tokenizer (None for LMs) and target tokenizer (the label
+    set of a classifier)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError("not a training run directory (no config.yaml: file not found)", str(run_dir))
+    cfg = load_config(run_dir / "config.yaml")
+    src_tok = load_tokenizer(run_dir, "src") if cfg.task in ("translate", "classify") else None
+    tgt = LabelSet.load(run_dir) if cfg.task == "classify" else load_tokenizer(run_dir, "tgt")
+    return cfg, src_tok, tgt
+
+
+def model_for(cfg: Config, src_tok: Tokenizer | None, tgt: Tokenizer | LabelSet) -> nn.Module:
+    """An untrained model of the run's shape."""
+    return build_model(cfg, len(src_tok) if src_tok else 0, len(tgt))
+
+
+def load_weights_into(model: nn.Module, weights: dict[str, torch.Tensor], where: str) -> None:
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise UserError(f"weights do not fit the config ({str(err).splitlines()[0]})", where) from None
+
+
+def load_run(
+    run_dir: str | Path,
+    checkpoint: str = "best",
+    device: str | torch.device = "auto",
+    ngram: str | None = None,
+    alpha: float | None = None,
+) -> Run:
+    """Load checkpoint ``checkpoint`` (best, last or step-NNNNNNNN) of a run, in eval mode.
+
+    A run trained with an n-gram model (``ngram:`` section) comes wrapped in its NgramResidual,
+    with α at the checkpoint's step; ``ngram`` (a file) and ``alpha`` override them."""
+    from attnmt.ngram.residual import attach_ngram, checkpoint_step, override
+
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    cfg, src_tok, tgt = read_run(run_dir)
+    model = model_for(cfg, src_tok, tgt)
+    ckpt = find_checkpoint(run_dir, checkpoint)
+    weights = load_weights(ckpt / "model.safetensors")
+    if cfg.task != "classify":
+        model = attach_ngram(model, cfg, run_dir, tgt, step=checkpoint_step(ckpt))  # the run's n-gram
+        model = override(model, cfg, tgt, ngram, alpha)
+    load_weights_into(model, weights, str(run_dir))
+    model.to(dev).eval()
+    return Run(model, cfg, src_tok, tgt, str(run_dir))
