@@ -32,7 +32,7 @@ def served(tiny_run):
 
 @pytest.fixture(scope="module")
 def client(served):
-    with TestClient(create_app(served, LIMITS)) as c:
+    with TestClient(create_app(served, LIMITS), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -167,7 +167,7 @@ def test_a_failing_model_answers_500_and_keeps_serving(tiny_run):
         return real(*args, **kwargs)
 
     served.translator.translate = flaky
-    with TestClient(create_app([served], Limits(max_wait_ms=0))) as c:
+    with TestClient(create_app([served], Limits(max_wait_ms=0)), base_url="http://localhost") as c:
         r = c.post("/translate", json={"sentences": ["a cat"]})
         assert r.status_code == 500 and "RuntimeError: out of memory" in r.json()["error"]
         r = c.post("/translate", json={"sentences": ["a cat"]})
@@ -195,7 +195,7 @@ def test_concurrent_requests_share_batches_and_get_their_own_results(served):
 
     async def go():
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             rs = await asyncio.gather(
                 *(c.post("/translate", json={"sentences": [s], "beam": 2}) for s in sentences)
             )

@@ -52,6 +52,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="sentences waiting per model before requests get 503",
     )
     p.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=4 << 20,
+        help="largest answer one request may ask for, counted in the worst case before decoding "
+        "(413 above it; default 4 MiB)",
+    )
+    p.add_argument(
+        "--max-pending-bytes",
+        type=int,
+        default=32 << 20,
+        help="the worst-case answers of all requests in flight together (503 above it; "
+        "default 32 MiB)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a request may wait and decode before it gets 504 (default 60)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept requests whose Host header is NAME (repeatable; '*' accepts any); "
+        "default: localhost, 127.0.0.1, ::1 and the --host address",
+    )
+    p.add_argument(
+        "--docs",
+        action="store_true",
+        help="serve FastAPI's interactive docs at /docs (they load their scripts from a CDN)",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     p.set_defaults(func=run)
@@ -62,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
     from attnmt.errors import UserError
     from attnmt.serve.app import Limits, create_app, load_models
+    from attnmt.serve.guards import LOOPBACK_HOSTS
 
     try:
         import uvicorn
@@ -77,9 +111,17 @@ def run(args: argparse.Namespace) -> int:
         "max_beam",
         "max_body_bytes",
         "max_queue",
+        "max_response_bytes",
+        "max_pending_bytes",
     ):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.max_pending_bytes < args.max_response_bytes:
+        raise UserError("--max-pending-bytes must be at least --max-response-bytes")
+    if not 0 < args.request_timeout < float("inf"):
+        raise UserError(f"--request-timeout must be a positive number, got {args.request_timeout}")
+    if not 0 <= args.max_wait_ms < float("inf"):
+        raise UserError(f"--max-wait-ms must be a number >= 0, got {args.max_wait_ms}")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, got {args.port}")
     if args.threads > 0:
@@ -93,11 +135,19 @@ def run(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         max_wait_ms=0.0 if args.no_batching else args.max_wait_ms,
         max_queue=args.max_queue,
+        max_response_bytes=args.max_response_bytes,
+        max_pending_bytes=args.max_pending_bytes,
+        request_timeout=args.request_timeout,
     )
+    hosts = list(LOOPBACK_HOSTS)
+    if args.host not in ("0.0.0.0", "::", ""):  # a wildcard address is no name clients use
+        hosts.append(args.host)
+    hosts += args.allow_host
     models = load_models(args.model, args.checkpoint, args.device)
-    app = create_app(models, limits)
+    app = create_app(models, limits, allowed_hosts=hosts, docs=args.docs)
     names = ", ".join(m.name for m in models)
-    print(f"attnmt: serving {names} on http://{args.host}:{args.port}/", file=sys.stderr)
+    print(f"attnmt: serving {names} on http://{args.host}:{args.port}/ "
+          f"(Host names accepted: {', '.join(dict.fromkeys(hosts))})", file=sys.stderr)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     except OSError as err:  # e.g. the port is taken

@@ -3,19 +3,24 @@
     attnmt serve --model RUN [--model NAME=RUN2 ...] --host 127.0.0.1 --port 8000
 
 Requests to the same model with the same decoding options are batched across clients
-(attnmt/serve/batcher.py). Every limit the server enforces answers with a 4xx status and a JSON
-body ``{"error": "one-line message", "detail": ...}``; the server never dies of a bad request:
+(attnmt/serve/batcher.py). Every error, whatever its cause, answers with a JSON body
+``{"error": "one-line message", "detail": ...}``; the server never dies of a bad request:
 
-    400 malformed JSON / bad Content-Length     413 body, sentence count or sentence too long
-    404 unknown model                           422 wrong types, empty list, bad option values
-    503 too many sentences already queued (retry later)
+    400 malformed JSON / bad Content-Length / Host header not allowed (attnmt/serve/guards.py)
+    404 unknown model            413 body, sentence count, sentence or worst-case answer too large
+    422 wrong types (strict: no bool→int, no string→bool), NaN/Infinity, lone surrogates, empty
+        list or model name, option values out of range
+    503 too many sentences or answer bytes already in flight (retry later)
+    504 not translated within --request-timeout seconds
 
-The OpenAPI schema is at ``/openapi.json`` (interactive docs at ``/docs``).
+The OpenAPI schema is at ``/openapi.json``; the interactive docs at ``/docs`` load their scripts
+from a CDN and are off unless ``--docs`` is given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -23,14 +28,22 @@ from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
-from attnmt.serve.batcher import ModelBatcher, QueueFull
+from attnmt.serve.batcher import Job, ModelBatcher, QueueFull
+from attnmt.serve.budget import MAX_OUTPUT_PIECES, Ask, Budget, response_bound, widest_piece
+from attnmt.serve.guards import (
+    LOOPBACK_HOSTS,
+    BodyLimit,
+    HostCheck,
+    StrictJSONRoute,
+    error_response,
+)
 
 STATIC = Path(__file__).parent / "static"
 
@@ -45,6 +58,9 @@ class Limits:
     max_batch: int = 32  # sentences per decoder call
     max_wait_ms: float = 5.0  # how long the first request of a batch waits for company; 0 = off
     max_queue: int = 2048  # sentences waiting per model before 503
+    max_response_bytes: int = 4 << 20  # worst-case JSON answer of one request (attnmt/serve/budget.py)
+    max_pending_bytes: int = 32 << 20  # worst-case answers of all requests in flight, together
+    request_timeout: float = 60.0  # seconds from arrival to answer; 504 after
 
 
 @dataclass
@@ -53,6 +69,11 @@ class ServedModel:
     translator: Translator
     run_dir: str
     checkpoint: str
+    piece_bytes: int = 0  # most bytes one target piece adds to the answer (budget.widest_piece)
+
+    def __post_init__(self):
+        if not self.piece_bytes:
+            self.piece_bytes = widest_piece(self.translator.tgt_tok)
 
 
 def parse_model_spec(spec: str) -> tuple[str, str]:
@@ -85,10 +106,13 @@ def load_models(
 
 # -- request and response bodies (these make the OpenAPI schema) ---------------------------------
 class TranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON types only (no true → 1, no "yes" → true, no "5" → 5)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     sentences: list[str] = Field(description="source sentences, one per item")
-    model: str | None = Field(None, description="model name from GET /models (default: the first)")
+    model: str | None = Field(
+        None, min_length=1, description="model name from GET /models (default: the first)"
+    )
     beam: int = Field(5, description="beam size; 1 = greedy search")
     nbest: int = Field(1, description="hypotheses per sentence (at most beam)")
     length_penalty: float = Field(1.0, description="rank by log p / length^alpha")
@@ -101,7 +125,7 @@ class TranslateRequest(BaseModel):
 
 class HypothesisResult(BaseModel):
     text: str
-    score: float
+    score: float | None  # null when the model gave no finite score
     src_words: list[str] | None = None
     tgt_words: list[str] | None = None
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), 0-based
@@ -116,7 +140,7 @@ class HypothesisResult(BaseModel):
 class SentenceResult(BaseModel):
     source: str
     text: str
-    score: float
+    score: float | None
     hypotheses: list[HypothesisResult]
 
 
@@ -145,12 +169,6 @@ class ModelInfo(BaseModel):
 
 
 # -- errors --------------------------------------------------------------------------------------
-def _error(status: int, message: str, detail=None) -> JSONResponse:
-    return JSONResponse(
-        {"error": message, "detail": detail if detail is not None else message}, status
-    )
-
-
 def _validation_message(errors: list[dict]) -> tuple[int, str]:
     for err in errors:
         if err.get("type") == "json_invalid":
@@ -163,53 +181,13 @@ def _validation_message(errors: list[dict]) -> tuple[int, str]:
     return 422, "; ".join(parts)
 
 
-class BodyLimit:
-    """Reject request bodies over ``limit`` bytes with 413 before the app parses them (also for
-    chunked uploads that carry no Content-Length)."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None:
-            try:
-                size = int(declared)
-            except ValueError:
-                return await _error(400, "bad Content-Length header")(scope, receive, send)
-            if size > self.limit:
-                return await self._too_large(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                return await self._too_large(scope, receive, send)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return await self.app(scope, replay, send)
-
-    async def _too_large(self, scope, receive, send):
-        response = _error(413, f"request body is larger than the limit of {self.limit} bytes")
-        await response(scope, receive, send)
-
-
 # -- results -------------------------------------------------------------------------------------
+def _score(value: float) -> float | None:
+    return round(float(value), 6) if math.isfinite(value) else None
+
+
 def _hypothesis(source: str, t: Translation, attention: bool, alignment: bool) -> HypothesisResult:
-    h = HypothesisResult(text=t.text, score=round(float(t.score), 6))
+    h = HypothesisResult(text=t.text, score=_score(t.score))
     if (attention or alignment) and t.attention is not None:
         h.src_words, h.tgt_words = source.split(), t.text.split()
         h.alignment = [(int(i), int(j)) for i, j in t.alignment]
@@ -217,7 +195,9 @@ def _hypothesis(source: str, t: Translation, attention: bool, alignment: bool) -
     if attention and t.attention is not None:
         h.src_pieces, h.tgt_pieces = t.src_pieces, t.tgt_pieces
         h.src_word_of_piece, h.tgt_word_of_piece = t.src_word_of_piece, t.tgt_word_of_piece
-        h.attention = [[round(float(x), 4) for x in row] for row in t.attention.tolist()]
+        # nan_to_num: a non-finite weight would make the answer invalid JSON
+        weights = t.attention.float().nan_to_num(0.0, 1.0, 0.0).clamp(0.0, 1.0).tolist()
+        h.attention = [[round(x, 4) for x in row] for row in weights]
     return h
 
 
@@ -237,6 +217,7 @@ def _decode_fn(translator: Translator, max_batch: int):
                 length_penalty=length_penalty,
                 max_len_ratio=max_len_ratio,
                 with_attention=with_attention,
+                max_len_cap=MAX_OUTPUT_PIECES,  # the budget's assumption (attnmt/serve/budget.py)
             )
             for i, r in zip(keep, results):
                 out[i] = r
@@ -245,8 +226,9 @@ def _decode_fn(translator: Translator, max_batch: int):
     return run
 
 
-def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) -> None:
-    """Every user-fixable problem of a request, as an HTTPException with a clear message."""
+def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) -> int:
+    """Every user-fixable problem of a request, as an HTTPException with a clear message.
+    Returns the most bytes its answer can take (attnmt/serve/budget.py)."""
     if not req.sentences:
         raise HTTPException(422, "sentences: the list is empty; send at least one sentence")
     if len(req.sentences) > limits.max_sentences:
@@ -268,6 +250,7 @@ def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) ->
             422, f"max_len_ratio: must be between 0.1 and 10, got {req.max_len_ratio}"
         )
     tok = served.translator.src_tok
+    pieces = []
     for i, line in enumerate(req.sentences):
         if len(line) > limits.max_chars:
             raise HTTPException(
@@ -277,17 +260,57 @@ def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) ->
             )
         # whitespace words are a lower bound on pieces: reject megabyte lines without tokenising
         n = len(line.split())
-        if n <= limits.max_tokens:
-            n = len(tok.split(line)) if line.strip() else 0
+        if n <= limits.max_tokens:  # split as the translator will (lowercasing may lengthen text)
+            text = line.lower() if served.translator.cfg.data.lowercase else line
+            pieces.append(tok.split(text) if line.strip() else [])
+            n = len(pieces[-1])
         if n > limits.max_tokens:
             raise HTTPException(
                 413,
                 f"sentences[{i}]: {n} tokens; the limit is {limits.max_tokens} tokens per sentence",
             )
+    ask = Ask(req.nbest, req.max_len_ratio, req.attention, req.alignment)
+    bound = response_bound(req.sentences, pieces, ask, served.piece_bytes, served.name)
+    if bound > limits.max_response_bytes:
+        raise HTTPException(
+            413,
+            f"the answer could take {bound} bytes, over the limit of {limits.max_response_bytes}; "
+            "ask for fewer sentences or n-best hypotheses, a lower max_len_ratio, or no attention",
+        )
+    return bound
 
 
 # -- the application -----------------------------------------------------------------------------
-def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastAPI:
+async def _wait(job: Job, request: Request, timeout: float) -> list | None:
+    """The job's results, or None when the client went away first. A job whose request ended
+    (timeout, disconnect, cancellation) is cancelled, so the worker drops it if it still waits."""
+    future = asyncio.wrap_future(job.future)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise HTTPException(
+                    504, f"not translated within the server's limit of {timeout:g} s; retry later"
+                )
+            done, _ = await asyncio.wait({future}, timeout=min(left, 0.25))
+            if done:
+                return future.result()
+            if await request.is_disconnected():
+                return None
+    finally:
+        job.future.cancel()  # no effect once the worker has started or finished the job
+
+
+def create_app(
+    models: list[ServedModel],
+    limits: Limits | None = None,
+    allowed_hosts: tuple[str, ...] | list[str] = LOOPBACK_HOSTS,
+    docs: bool = False,
+) -> FastAPI:
+    """The ASGI app. ``allowed_hosts``: names the ``Host`` header may carry (``*``: any);
+    ``docs``: serve FastAPI's interactive docs at ``/docs`` (their scripts come from a CDN)."""
     limits = limits or Limits()
     by_name = {m.name: m for m in models}
     batchers = {
@@ -300,6 +323,7 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
         )
         for m in models
     }
+    budget = Budget(limits.max_pending_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -312,18 +336,27 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
         version="0.1.0",
         lifespan=lifespan,
         description="Attention-based neural machine translation with attention maps.",
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
+    app.router.route_class = StrictJSONRoute
     app.state.batchers = batchers
+    app.state.budget = budget
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(HostCheck, allowed=tuple(allowed_hosts))  # outermost: checked first
 
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, exc: RequestValidationError):
         status, message = _validation_message(list(exc.errors()))
-        return _error(status, message, jsonable(exc.errors()))
+        return error_response(status, message, exc.errors())
 
     @app.exception_handler(StarletteHTTPException)  # also the router's own 404 and 405
     async def on_http_error(request: Request, exc: StarletteHTTPException):
-        return _error(exc.status_code, str(exc.detail))
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)  # anything else: still a JSON body (the server logs it)
+    async def on_crash(request: Request, exc: Exception):
+        return error_response(500, f"internal error: {type(exc).__name__}")
 
     @app.get("/health")
     async def health() -> dict:
@@ -363,31 +396,46 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
         responses={
             400: {"description": "malformed JSON"},
             404: {"description": "unknown model"},
-            413: {"description": "too many or too long sentences, or body too large"},
+            413: {"description": "too many or too long sentences, body or answer too large"},
             422: {"description": "invalid request"},
-            503: {"description": "queue full"},
+            503: {"description": "queue or answer budget full; retry later"},
+            504: {"description": "not translated within the request timeout"},
         },
     )
-    async def translate(req: TranslateRequest) -> TranslateResponse:
+    async def translate(req: TranslateRequest, request: Request) -> Response:
+        start = time.perf_counter()
         name = req.model or models[0].name
         served = by_name.get(name)
         if served is None:
             raise HTTPException(404, f"unknown model {name!r}; loaded: {', '.join(by_name)}")
-        check_request(req, served, limits)
-        start = time.perf_counter()
+        bound = check_request(req, served, limits)
+        if not budget.take(bound):
+            raise HTTPException(
+                503, "server busy: too many large answers in flight; retry later"
+            )
+        try:
+            return await _answer(req, request, served, bound, start)
+        finally:
+            budget.give(bound)
+
+    async def _answer(req, request, served, bound: int, start: float) -> Response:
         with_attention = req.attention or req.alignment
         options = (req.beam, req.nbest, req.length_penalty, req.max_len_ratio, with_attention)
         try:
-            job = batchers[name].submit(req.sentences, options)
+            job = batchers[served.name].submit(req.sentences, options)
         except QueueFull as err:
             raise HTTPException(503, f"server busy: {err}; retry later") from None
         try:
-            results = await asyncio.wrap_future(job.future)
+            results = await _wait(job, request, limits.request_timeout)
+        except (HTTPException, asyncio.CancelledError):
+            raise
         except UserError as err:
             raise HTTPException(422, str(err)) from None
         # a model failure answers this request only; the worker lives on
         except Exception as err:  # noqa: BLE001
             raise HTTPException(500, f"translation failed: {type(err).__name__}: {err}") from None
+        if results is None:  # the client is gone; nobody reads this
+            return error_response(499, "client closed the request")
         out = []
         for source, hyps in zip(req.sentences, results):
             hs = [_hypothesis(source, h, req.attention, req.alignment) for h in hyps]
@@ -395,12 +443,15 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
             out.append(
                 SentenceResult(source=source, text=best.text, score=best.score, hypotheses=hs)
             )
-        return TranslateResponse(
-            model=name,
+        body = TranslateResponse(
+            model=served.name,
             translations=out,
             batch_sentences=job.batch_sentences,
             time_ms=round((time.perf_counter() - start) * 1000, 2),
-        )
+        ).model_dump_json(exclude_none=True).encode("utf-8")
+        if len(body) > bound:  # the budget's arithmetic is wrong: never send more than it said
+            raise HTTPException(500, f"answer of {len(body)} bytes over its bound of {bound}")
+        return Response(body, media_type="application/json")
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -408,16 +459,3 @@ def create_app(models: list[ServedModel], limits: Limits | None = None) -> FastA
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
-
-
-def jsonable(value):
-    """Validation error details with exceptions and bytes turned into strings."""
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)

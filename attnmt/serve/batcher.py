@@ -9,6 +9,10 @@ sentence falls with batch size (one matrix product per step for the whole batch)
 throughput rises while a lone request waits at most ``max_wait``.
 
 ``max_wait=0`` or ``max_batch=1`` turns batching off: every job is decoded on its own.
+
+A job's future may be cancelled while it waits (its client timed out or went away): the worker
+drops it unseen. Once the worker takes a job, the job runs to the end and its result is discarded
+if nobody waits for it. Nothing a job does can stop the worker thread.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +67,7 @@ class ModelBatcher:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.stats = {"calls": 0, "sentences": 0, "jobs": 0}
+        self.stats = {"calls": 0, "sentences": 0, "jobs": 0, "dropped": 0}
 
     @property
     def batching(self) -> bool:
@@ -74,6 +78,7 @@ class ModelBatcher:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the server is shutting down")
+            self._drop_cancelled()
             if self._queued + len(sentences) > self.max_queue and self._jobs:
                 raise QueueFull(
                     f"{self._queued} sentences are already waiting for model {self.name!r}"
@@ -101,8 +106,9 @@ class ModelBatcher:
         with self._cond:
             while not self._jobs and not self._closed:
                 self._cond.wait()
+            self._drop_cancelled()
             if not self._jobs:
-                return None
+                return [] if not self._closed else None
             first = self._jobs[0]
             if self.batching:
                 deadline = first.arrived + self.max_wait
@@ -112,6 +118,10 @@ class ModelBatcher:
                     if same >= self.max_batch or left <= 0:
                         break
                     self._cond.wait(left)
+                self._drop_cancelled()
+                if not self._jobs:
+                    return []
+                first = self._jobs[0]
             taken, count = [], 0
             for job in list(self._jobs):
                 if job.options != first.options:
@@ -123,25 +133,49 @@ class ModelBatcher:
             for job in taken:
                 self._jobs.remove(job)
             self._queued -= count
-            return taken
+            # from here on cancel() fails: a job that was cancelled in the meantime is dropped
+            return [job for job in taken if job.future.set_running_or_notify_cancel()]
+
+    def _drop_cancelled(self) -> None:
+        """Forget queued jobs whose client gave up (called with the lock held)."""
+        for job in [j for j in self._jobs if j.future.cancelled()]:
+            self._jobs.remove(job)
+            self._queued -= len(job.sentences)
+            self.stats["dropped"] += 1
 
     def _run(self) -> None:
         while True:
             jobs = self._take()
             if jobs is None:
                 return
-            sentences = [s for job in jobs for s in job.sentences]
-            try:
-                results = self.translate(sentences, jobs[0].options)
-            except BaseException as err:  # noqa: BLE001 - every waiting client must get an answer
-                for job in jobs:
-                    job.future.set_exception(err)
-                continue
-            self.stats["calls"] += 1
-            self.stats["sentences"] += len(sentences)
-            self.stats["jobs"] += len(jobs)
-            start = 0
+            if jobs:
+                self._decode(jobs)
+
+    def _decode(self, jobs: list[Job]) -> None:
+        sentences = [s for job in jobs for s in job.sentences]
+        try:
+            results = self.translate(sentences, jobs[0].options)
+            if len(results) != len(sentences):
+                raise RuntimeError(f"{len(results)} results for {len(sentences)} sentences")
+        except BaseException as err:  # noqa: BLE001 - every waiting client must get an answer
             for job in jobs:
-                job.batch_sentences = len(sentences)
-                job.future.set_result(results[start : start + len(job.sentences)])
-                start += len(job.sentences)
+                _settle(job.future, error=err)
+            return
+        self.stats["calls"] += 1
+        self.stats["sentences"] += len(sentences)
+        self.stats["jobs"] += len(jobs)
+        start = 0
+        for job in jobs:
+            job.batch_sentences = len(sentences)
+            _settle(job.future, result=results[start : start + len(job.sentences)])
+            start += len(job.sentences)
+
+
+def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:  # already settled or cancelled: nobody is waiting for it
+        pass
