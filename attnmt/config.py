@@ -31,6 +31,9 @@ class DataConfig:
     tokenizer: str = "word"  # word | bpe | unigram
     src_vocab_size: int = 50000  # top-K words, or the sentencepiece vocabulary size
     tgt_vocab_size: int = 50000
+    # a sentencepiece model to use instead of training one (pad 0, unk 1, <s> 2, </s> 3)
+    src_spm: str = ""
+    tgt_spm: str = ""
     max_len: int = 50  # training pairs with a longer side (in tokens) are filtered out
     reverse_source: bool = False
     lowercase: bool = False

@@ -133,6 +133,22 @@ class SentencePieceTokenizer:
         )
         return cls(f"{model_prefix}.model")
 
+    @classmethod
+    def load_checked(cls, model_file: str | os.PathLike) -> "SentencePieceTokenizer":
+        """A sentencepiece model trained elsewhere, if it uses attnmt's special ids."""
+        if not Path(model_file).is_file():
+            raise UserError("sentencepiece model not found", str(model_file))
+        try:
+            tok = cls(model_file)
+        except Exception as err:  # sentencepiece raises RuntimeError/OSError on junk files
+            raise UserError(f"not a sentencepiece model ({str(err).splitlines()[0][:80]})", str(model_file)) from None
+        ids = (tok.sp.pad_id(), tok.sp.unk_id(), tok.sp.bos_id(), tok.sp.eos_id())
+        if ids != (PAD, UNK, BOS, EOS):
+            raise UserError(
+                f"sentencepiece model has pad/unk/bos/eos ids {ids}; attnmt needs ({PAD}, {UNK}, {BOS}, {EOS}) "
+                "(train it with pad_id=0 unk_id=1 bos_id=2 eos_id=3)", str(model_file))
+        return tok
+
     def split(self, line: str) -> list[str]:
         return self.sp.encode(line, out_type=str)
 

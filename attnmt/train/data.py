@@ -40,6 +40,11 @@ def _tokenizer(cfg: Config, run_dir: Path, side: str, lines: list[str], create: 
     if not create:  # loaded by the caller after sync(): rank 0 may not have saved it yet
         return None
     d = cfg.data
+    given = d.src_spm if side == "src" else d.tgt_spm
+    if given:
+        tok = SentencePieceTokenizer.load_checked(given)
+        tok.save(run_dir, side)
+        return tok
     size = d.src_vocab_size if side == "src" else d.tgt_vocab_size
     lang = d.src if side == "src" else d.tgt
     if d.lowercase:

@@ -151,6 +151,7 @@ class Trainer:
         self.optimizer = make_optimizer(cfg, self.model)
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
         self.elapsed, self.best_ppl = 0.0, float("inf")
+        self.tokens = 0  # target tokens (or sentences, classify) trained on so far
         self.validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
         if resuming:
             self._resume()
@@ -175,6 +176,7 @@ class Trainer:
         self.step, self.epoch = state["step"], state["epoch"]
         self.batch_in_epoch, self.elapsed = state["batch_in_epoch"], state["elapsed"]
         self.best_ppl = state["best_ppl"]
+        self.tokens = state.get("tokens", 0)
         torch.set_rng_state(state["rng"])
         if torch.cuda.is_available() and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -188,6 +190,7 @@ class Trainer:
             "batch_in_epoch": self.batch_in_epoch,
             "elapsed": self.elapsed,
             "best_ppl": self.best_ppl,
+            "tokens": self.tokens,
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }
@@ -334,6 +337,7 @@ class Trainer:
                 took = time.perf_counter() - start
                 self.elapsed += took
                 self.batch_in_epoch += 1
+                self.tokens += tokens * self.dist.world
                 window_loss, window_tokens, window_time = window_loss + loss, window_tokens + tokens, window_time + took
                 bar.update(1)
                 if self.step % t.log_every == 0 or self.step == 1:
@@ -347,7 +351,7 @@ class Trainer:
                                     tok_s=f"{tok_s:.0f}", eta=f"{max(eta, 0) / 60:.1f}m", lr=f"{lr:.3g}")
                     self.log({"event": "train", "step": self.step, "epoch": self.epoch, "loss": avg,
                               "ppl": math.exp(min(avg, 50)), "lr": lr, "tok_s": tok_s,
-                              "elapsed": round(self.elapsed, 2)})
+                              "tokens": self.tokens, "elapsed": round(self.elapsed, 2)})
                     window_loss, window_tokens, window_time = 0.0, 0, 0.0
                 if t.valid_every and self.step % t.valid_every == 0:
                     self.validate()
@@ -370,7 +374,7 @@ class Trainer:
         if result is None:
             self.checkpoint()
         summary = {"event": "end", "reason": finished, "step": self.step, "epoch": self.epoch,
-                   "elapsed": round(self.elapsed, 1), "best_dev_ppl": self.best_ppl}
+                   "tokens": self.tokens, "elapsed": round(self.elapsed, 1), "best_dev_ppl": self.best_ppl}
         self.log(summary)
         if self.dist.world > 1:
             dist.barrier()
