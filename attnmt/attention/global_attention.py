@@ -88,6 +88,11 @@ class GlobalAttention(nn.Module):
         else:
             self.score = ScoreFunction(score, query_dim, memory_dim)
 
+    @property
+    def dot_product_keys(self) -> bool:
+        """score(h_t, h̄_s) = h_tᵀ keys_s (dot, general): decoders may fuse the step loop."""
+        return self.score_kind in ("dot", "general")
+
     def prepare(self, values: torch.Tensor, mask: torch.Tensor) -> Memory:
         keys = values if self.score_kind == "location" else self.score.keys(values)
         return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1))

@@ -23,6 +23,7 @@ from torch import nn
 
 from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
+from attnmt.models.fused_rnn import input_feeding_loop
 
 
 class LuongDecoder(nn.Module):
@@ -122,6 +123,38 @@ class LuongDecoder(nn.Module):
             x = self.dropout(h[layer]) if layer < self.layers - 1 else h[layer]
         return x
 
+    # -- training on CPU: the whole input-feeding loop with a hand-written backward ------------
+    def _fusable(self, memory: Memory | None, need_weights: bool) -> bool:
+        """Teacher forcing with autograd on CPU, outside autocast, with an attention whose score is
+        a dot product with memory.keys (global dot/general): models/fused_rnn.py applies."""
+        return (
+            torch.is_grad_enabled()
+            and not need_weights
+            and memory is not None
+            and memory.keys.device.type == "cpu"
+            and not torch.is_autocast_enabled("cpu")
+            and getattr(self.attention, "dot_product_keys", False)
+        )
+
+    def _fused_features(
+        self, emb: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
+        """``features`` through fused_rnn.input_feeding_loop: the same function and gradients."""
+        rnn, E = self.rnn, self.embed_dim
+        emb_gates = F.linear(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
+        weights = [torch.cat([rnn.weight_ih_l0[:, E:], rnn.weight_hh_l0], dim=1)]
+        biases = []
+        for layer in range(1, self.layers):
+            w_ih, w_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
+            weights.append(torch.cat([w_ih, w_hh], dim=1))
+            biases.append(getattr(rnn, f"bias_ih_l{layer}") + getattr(rnn, f"bias_hh_l{layer}"))
+        p = self.dropout.p if self.training else 0.0
+        features, h_n, c_n = input_feeding_loop(
+            emb_gates, state["h"], state["c"], state["feed"], memory.keys, memory.values,
+            memory.mask, self.W_c.weight, weights, biases, p,
+        )
+        return features, {"h": h_n, "c": c_n, "feed": features[:, -1]}, None
+
     # -- run a block of target steps --------------------------------------------------------
     def forward(
         self,
@@ -159,6 +192,8 @@ class LuongDecoder(nn.Module):
             top, (h_n, c_n) = self.rnn(emb, (h0, c0))  # top: (B, T, H)
             h_tilde, weights = self._attend(top, memory, positions, need_weights)
             new_state = {"h": h_n.transpose(0, 1), "c": c_n.transpose(0, 1), "feed": state["feed"]}
+        elif self._fusable(memory, need_weights):
+            return self._fused_features(emb, state, memory)
         else:
             w_ih0 = self.rnn.weight_ih_l0[:, : self.embed_dim]
             emb_gates = F.linear(emb, w_ih0)  # (B, T, 4H): layer 1's embedding half, all steps

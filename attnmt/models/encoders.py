@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnmt.data.vocab import PAD
+from attnmt.models.fused_rnn import lstm_layer
 
 
 class LSTMEncoder(nn.Module):
@@ -111,8 +112,10 @@ class LSTMEncoder(nn.Module):
         w_ih = getattr(self.rnn, f"weight_ih_{name}")
         w_hh = getattr(self.rnn, f"weight_hh_{name}")
         bias = getattr(self.rnn, f"bias_ih_{name}") + getattr(self.rnn, f"bias_hh_{name}")
-        w_hh_t = w_hh.t()
         proj = F.linear(x, w_ih, bias)  # (B, S, 4H'): the input half of the gates, all steps
+        if torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu"):
+            return lstm_layer(proj, w_hh)  # hand-written backward: W_hh's gradient in one product
+        w_hh_t = w_hh.t()
         hs, cs = [], []
         # zero initial state; the first step's product with it keeps W_hh's gradient a (zero)
         # tensor when every row has length 1, as nn.LSTM's is (optimizers treat None differently)

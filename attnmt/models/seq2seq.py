@@ -24,6 +24,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.models.common import init_uniform_, lengths_to_mask
 from attnmt.models.decoders import LuongDecoder
+from attnmt.models.fused_loss import linear_cross_entropy
 from attnmt.models.encoders import LSTMEncoder
 
 
@@ -95,7 +96,10 @@ class Seq2Seq(nn.Module):
         memory = enc["memory"] if self.has_attention else None
         features, _, _ = self.decoder.features(tgt_in, self.init_state(enc), memory, 0, False)
         keep = tgt_out != PAD  # (B, T)
-        logits = self.decoder.W_s(features[keep])  # (N, V)
+        W_s = self.decoder.W_s
+        if torch.is_grad_enabled() and features.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+            return linear_cross_entropy(features[keep], W_s.weight, W_s.bias, tgt_out[keep], smoothing)
+        logits = W_s(features[keep])  # (N, V)
         if logits.dtype in (torch.float16, torch.bfloat16):  # AMP: the loss in float32
             logits = logits.float()
         return F.cross_entropy(logits, tgt_out[keep], reduction="sum", label_smoothing=smoothing)

@@ -1,0 +1,128 @@
+"""The hand-written LSTM backward passes (models/fused_rnn.py) give autograd's results.
+
+The input-feeding decoder's fused loop is checked against the decoder's generic step loop (taken
+when attention weights are requested) on the loss and every parameter gradient, and against
+numerical derivatives (gradcheck) with dropout on. The encoder's fused layer is covered by
+tests/test_encoder_steps.py (it is the CPU training path there)."""
+
+import pytest
+import torch
+
+from attnmt.config import ModelConfig
+from attnmt.models.fused_rnn import input_feeding_loop, lstm_layer
+from attnmt.models.seq2seq import Seq2Seq
+
+
+def _model(score: str, layers: int, dropout: float = 0.0) -> Seq2Seq:
+    cfg = ModelConfig(layers=layers, hidden=6, embed=5, attention="global", score=score,
+                      input_feed=True, dropout=dropout)
+    torch.manual_seed(layers)
+    return Seq2Seq(cfg, 15, 13, init_uniform=0.4).double()
+
+
+def _batch():
+    torch.manual_seed(7)
+    src_lengths = torch.tensor([5, 2, 4])
+    src = torch.randint(4, 15, (3, 5))
+    src[torch.arange(5) >= src_lengths.unsqueeze(1)] = 0
+    tgt_len = torch.tensor([4, 6, 1])
+    tgt_in = torch.randint(4, 13, (3, 7))
+    tgt_out = torch.randint(4, 13, (3, 7))
+    pad = torch.arange(7) >= (tgt_len + 1).unsqueeze(1)
+    tgt_in[pad], tgt_out[pad] = 0, 0
+    return src, src_lengths, tgt_in, tgt_out
+
+
+def _loss_and_grads(model: Seq2Seq, need_weights: bool):
+    src, src_lengths, tgt_in, tgt_out = _batch()
+    model.zero_grad()
+    enc = model.encode(src, src_lengths)
+    features, state, _ = model.decoder.features(tgt_in, model.init_state(enc), enc["memory"], 0, need_weights)
+    keep = tgt_out != 0
+    logits = model.decoder.W_s(features[keep])
+    loss = torch.nn.functional.cross_entropy(logits, tgt_out[keep], reduction="sum")
+    loss.backward()
+    return loss.detach(), state, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_fused_decoder_equals_step_loop(score, layers):
+    model = _model(score, layers)
+    assert model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False)
+    fused_loss, fused_state, fused = _loss_and_grads(model, need_weights=False)
+    loop_loss, loop_state, loop = _loss_and_grads(model, need_weights=True)
+    torch.testing.assert_close(fused_loss, loop_loss, atol=1e-10, rtol=0)
+    for key in ("h", "c", "feed"):
+        torch.testing.assert_close(fused_state[key], loop_state[key], atol=1e-10, rtol=0)
+    assert fused.keys() == loop.keys()
+    for name in loop:
+        torch.testing.assert_close(fused[name], loop[name], atol=1e-10, rtol=0, msg=name)
+
+
+def test_other_attentions_keep_the_step_loop():
+    for kind, score in (("global", "concat"), ("global", "location"), ("local-p", "general")):
+        cfg = ModelConfig(layers=1, hidden=6, embed=5, attention=kind, score=score, input_feed=True)
+        model = Seq2Seq(cfg, 15, 13)
+        assert not model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False), (kind, score)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_fused_loop_gradcheck_with_dropout(layers):
+    """Numerical derivatives of every input, dropout 0.3 (masks fixed by reseeding each call)."""
+    torch.manual_seed(0)
+    B, T, S, H, L = 2, 3, 4, 3, layers
+    d = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    emb_gates, h0, c0, feed0 = d(B, T, 4 * H), d(B, L, H), d(B, L, H), d(B, H)
+    keys, values, w_c = d(B, S, H), d(B, S, H), d(H, 2 * H)
+    weights = [d(4 * H, 2 * H) for _ in range(L)]
+    biases = [d(4 * H) for _ in range(L - 1)]
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+
+    def f(emb_gates, h0, c0, feed0, keys, values, w_c, *params):
+        torch.manual_seed(1)
+        return input_feeding_loop(emb_gates, h0, c0, feed0, keys, values, mask, w_c,
+                                  list(params[:L]), list(params[L:]), 0.3)[0]
+
+    assert torch.autograd.gradcheck(f, (emb_gates, h0, c0, feed0, keys, values, w_c, *weights, *biases))
+
+
+def test_fused_lstm_layer_gradcheck():
+    torch.manual_seed(0)
+    proj = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    w_hh = torch.randn(8, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda p, w: lstm_layer(p, w), (proj, w_hh))
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_cross_entropy_equals_autograd(smoothing, bias):
+    from attnmt.models.fused_loss import linear_cross_entropy
+
+    torch.manual_seed(0)
+    x = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(11, 5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, dtype=torch.float64, requires_grad=True) if bias else None
+    y = torch.randint(0, 11, (9,))
+    got = linear_cross_entropy(x, w, b, y, smoothing)
+    (got * 0.7).backward()
+    grads = [t.grad.clone() for t in (x, w, b) if t is not None]
+    for t in (x, w, b):
+        if t is not None:
+            t.grad = None
+    want = torch.nn.functional.cross_entropy(torch.nn.functional.linear(x, w, b), y, reduction="sum",
+                                             label_smoothing=smoothing)
+    (want * 0.7).backward()
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    for g, t in zip(grads, [t for t in (x, w, b) if t is not None]):
+        torch.testing.assert_close(g, t.grad, atol=1e-12, rtol=0)
+
+
+def test_linear_cross_entropy_refuses_a_second_backward():
+    from attnmt.models.fused_loss import linear_cross_entropy
+
+    x = torch.randn(3, 4, requires_grad=True)
+    loss = linear_cross_entropy(x, torch.randn(6, 4, requires_grad=True), None, torch.tensor([1, 2, 3]))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward twice"):
+        loss.backward()
