@@ -73,7 +73,7 @@ def test_fused_loop_gradcheck_with_dropout(layers):
     torch.manual_seed(0)
     B, T, S, H, L = 2, 3, 4, 3, layers
     d = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=True)  # noqa: E731
-    emb_gates, h0, c0, feed0 = d(B, T, 4 * H), d(B, L, H), d(B, L, H), d(B, H)
+    emb_gates, h0, c0, feed0 = d(T, B, 4 * H), d(B, L, H), d(B, L, H), d(B, H)
     keys, values, w_c = d(B, S, H), d(B, S, H), d(H, 2 * H)
     weights = [d(4 * H, 2 * H) for _ in range(L)]
     biases = [d(4 * H) for _ in range(L - 1)]
@@ -91,7 +91,7 @@ def test_fused_lstm_layer_gradcheck():
     torch.manual_seed(0)
     proj = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
     w_hh = torch.randn(8, 2, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda p, w: lstm_layer(p, w), (proj, w_hh))
+    assert torch.autograd.gradcheck(lambda p, w: lstm_layer(p, w), (proj, w_hh))  # (S, B, 4H)
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

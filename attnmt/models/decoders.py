@@ -23,7 +23,7 @@ from torch import nn
 
 from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
-from attnmt.models.fused_rnn import input_feeding_loop
+from attnmt.models.fused_rnn import dropout, input_feeding_loop
 
 
 class LuongDecoder(nn.Module):
@@ -137,10 +137,11 @@ class LuongDecoder(nn.Module):
         )
 
     def _fused_features(
-        self, emb: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory
+        self, tgt_in: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
         """``features`` through fused_rnn.input_feeding_loop: the same function and gradients."""
         rnn, E = self.rnn, self.embed_dim
+        emb = dropout(self.embedding(tgt_in.t()), self.dropout.p, self.training)  # (T, B, E): time-major
         emb_gates = F.linear(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
         weights = [torch.cat([rnn.weight_ih_l0[:, E:], rnn.weight_hh_l0], dim=1)]
         biases = []
@@ -183,6 +184,8 @@ class LuongDecoder(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
         """``forward`` up to the output layer: returns the input of W_s, h̃_t after dropout
         (B, T, H), instead of the logits (a loss can then apply W_s to some positions only)."""
+        if self.input_feed and self._fusable(memory, need_weights):
+            return self._fused_features(tgt_in, state, memory)
         T = tgt_in.size(1)
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         positions = torch.arange(start, start + T, device=tgt_in.device)
@@ -192,8 +195,6 @@ class LuongDecoder(nn.Module):
             top, (h_n, c_n) = self.rnn(emb, (h0, c0))  # top: (B, T, H)
             h_tilde, weights = self._attend(top, memory, positions, need_weights)
             new_state = {"h": h_n.transpose(0, 1), "c": c_n.transpose(0, 1), "feed": state["feed"]}
-        elif self._fusable(memory, need_weights):
-            return self._fused_features(emb, state, memory)
         else:
             w_ih0 = self.rnn.weight_ih_l0[:, : self.embed_dim]
             emb_gates = F.linear(emb, w_ih0)  # (B, T, 4H): layer 1's embedding half, all steps

@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnmt.data.vocab import PAD
-from attnmt.models.fused_rnn import lstm_layer
+from attnmt.models.fused_rnn import dropout, lstm_layer
 
 
 class LSTMEncoder(nn.Module):
@@ -20,10 +20,12 @@ class LSTMEncoder(nn.Module):
     connections: the embeddings and between layers.
 
     On CUDA the LSTM runs as one ``nn.LSTM`` call on the packed batch (cuDNN). On CPU the same
-    ``nn.LSTM`` parameters run in a step loop over the right-padded batch (``_run_steps``): the
-    packed CPU kernel's backward slices the (tokens, 4H) input projection once per time step, and
-    each slice's gradient is a full-size zero tensor written and added up. Both paths compute the
-    same function (tests/test_encoder_steps.py); inter-layer dropout draws different masks.
+    ``nn.LSTM`` parameters run time-major over the right-padded batch (``_run_steps``), each layer
+    as one input projection for all steps plus models/fused_rnn.lstm_layer, whose hand-written
+    backward forms W_hh's gradient in one product (the packed CPU kernel's backward slices the
+    (tokens, 4H) input projection once per step, writing a full-size zero gradient each time).
+    Both paths compute the same function (tests/test_encoder_steps.py); dropout draws different
+    masks.
     """
 
     def __init__(
@@ -55,11 +57,12 @@ class LSTMEncoder(nn.Module):
         self, src: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         # src: (B, S) token ids, lengths: (B,)
-        emb = self.dropout(self.embedding(src))  # (B, S, E)
-        if emb.device.type == "cpu":
-            states, (h, c) = self._run_steps(emb, lengths.to(emb.device))
+        if src.device.type == "cpu":
+            emb = dropout(self.embedding(src.t()), self.dropout.p, self.training)  # (S, B, E): time-major
+            states, (h, c) = self._run_steps(emb, lengths)
         else:
             # cuDNN runs the whole packed batch in one kernel; a Python step loop would be slower
+            emb = self.dropout(self.embedding(src))  # (B, S, E)
             packed = pack_padded_sequence(
                 emb, lengths.cpu(), batch_first=True, enforce_sorted=False
             )
@@ -76,56 +79,41 @@ class LSTMEncoder(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """What ``self.rnn`` computes on the packed batch, from the right-padded one.
 
-        x: (B, S, E) with padding at the end of each row. Returns the top layer's states (B, S, H')
-        (zero at padding) and the final (h, c), each (L·D, B, H') in nn.LSTM's order. Every
-        direction runs over all S steps; padding comes after each row's last word, so it never
-        reaches the states at real positions, and the final state is read at position length-1.
-        The backward direction runs forward over each row reversed within its length."""
+        x: (S, B, E), time-major, with padding after each row's last word. Returns the top layer's
+        states (B, S, H') (zero at padding) and the final (h, c), each (L·D, B, H') in nn.LSTM's
+        order. Every direction runs over all S steps; padding comes after each row's last word, so
+        it never reaches the states at real positions, and the final state is read at position
+        length-1. The backward direction runs forward over each row reversed within its length."""
         if bool((lengths < 1).any()):
             raise ValueError("Length of all samples has to be greater than 0")
-        B, S, _ = x.shape
-        steps = torch.arange(S, device=x.device)
-        valid = steps < lengths.unsqueeze(1)  # (B, S)
-        last = (lengths - 1).view(B, 1, 1)
+        S, B, _ = x.shape
+        steps = torch.arange(S, device=x.device).unsqueeze(1)  # (S, 1)
+        valid = steps < lengths.unsqueeze(0)  # (S, B)
+        last = (lengths - 1).view(1, B, 1)
         rev = None
-        if self.bidirectional:  # rev[b, t] = length_b - 1 - t at real positions, t at padding
-            rev = torch.where(valid, lengths.unsqueeze(1) - 1 - steps, steps)  # its own inverse
+        if self.bidirectional:  # rev[t, b] = length_b - 1 - t at real positions, t at padding
+            rev = torch.where(valid, lengths.unsqueeze(0) - 1 - steps, steps).unsqueeze(-1)  # its own inverse
         h_n, c_n = [], []
         for layer in range(self.layers):
             outs = []
             for suffix in ("", "_reverse") if self.bidirectional else ("",):
-                inp = x if not suffix else x.gather(1, rev.unsqueeze(-1).expand_as(x))
-                out, cells = self._direction(inp, f"l{layer}{suffix}")  # (B, S, H') each
-                index = last.expand(B, 1, out.size(-1))
-                h_n.append(out.gather(1, index).squeeze(1))
-                c_n.append(cells.gather(1, index).squeeze(1))
-                outs.append(out if not suffix else out.gather(1, rev.unsqueeze(-1).expand_as(out)))
+                inp = x if not suffix else x.gather(0, rev.expand_as(x))
+                out, cells = self._direction(inp, f"l{layer}{suffix}")  # (S, B, H') each
+                index = last.expand(1, B, out.size(-1))
+                h_n.append(out.gather(0, index).squeeze(0))
+                c_n.append(cells.gather(0, index).squeeze(0))
+                outs.append(out if not suffix else out.gather(0, rev.expand_as(out)))
             x = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
             if layer < self.layers - 1 and self.rnn.dropout > 0:
-                x = F.dropout(x, self.rnn.dropout, self.training)
-        states = x.masked_fill(~valid.unsqueeze(-1), 0.0)
+                x = dropout(x, self.rnn.dropout, self.training)
+        states = x.masked_fill(~valid.unsqueeze(-1), 0.0).transpose(0, 1).contiguous()  # (B, S, H')
         return states, (torch.stack(h_n), torch.stack(c_n))
 
     def _direction(self, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layer, one direction of self.rnn from a zero state over all steps of x (B, S, in):
-        returns h_t and c_t for every t, each (B, S, H')."""
+        """One layer, one direction of self.rnn from a zero state over all steps of x (S, B, in):
+        h_t and c_t for every t, each (S, B, H'), by models/fused_rnn.lstm_layer."""
         w_ih = getattr(self.rnn, f"weight_ih_{name}")
         w_hh = getattr(self.rnn, f"weight_hh_{name}")
         bias = getattr(self.rnn, f"bias_ih_{name}") + getattr(self.rnn, f"bias_hh_{name}")
-        proj = F.linear(x, w_ih, bias)  # (B, S, 4H'): the input half of the gates, all steps
-        if torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu"):
-            return lstm_layer(proj, w_hh)  # hand-written backward: W_hh's gradient in one product
-        w_hh_t = w_hh.t()
-        hs, cs = [], []
-        # zero initial state; the first step's product with it keeps W_hh's gradient a (zero)
-        # tensor when every row has length 1, as nn.LSTM's is (optimizers treat None differently)
-        h = c = x.new_zeros(x.size(0), w_hh.size(1))
-        # unbind, not proj[:, t]: a slice's backward writes a zero gradient of proj's full size
-        for proj_t in proj.unbind(1):
-            gates = torch.addmm(proj_t, h, w_hh_t)
-            i, f, g, o = gates.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            hs.append(h)
-            cs.append(c)
-        return torch.stack(hs, 1), torch.stack(cs, 1)
+        proj = F.linear(x, w_ih, bias)  # (S, B, 4H'): the input half of the gates, all steps
+        return lstm_layer(proj, w_hh)

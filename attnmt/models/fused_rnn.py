@@ -31,6 +31,11 @@ def dropout_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.
     return torch.rand(shape, dtype=like.dtype, device=like.device).lt_(keep).div_(keep)
 
 
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """F.dropout with masks from dropout_mask (autograd differentiates the product)."""
+    return x * dropout_mask(x.shape, p, x) if training and p > 0 else x
+
+
 def _cell(gates: torch.Tensor, c_prev: torch.Tensor, act: torch.Tensor, c: torch.Tensor, h: torch.Tensor) -> None:
     """One LSTM cell from its pre-activations (B, 4H) and c_{t-1}; writes the activated gates into
     ``act`` (B, 4H), c_t into ``c`` and h_t into ``h`` (B, H each; views of the callers' buffers)."""
@@ -64,13 +69,13 @@ def _cell_backward(
 # -- one LSTM layer over a whole sequence -------------------------------------------------------
 class _LSTMLayer(torch.autograd.Function):
     """h_t and c_t for all t of one LSTM layer from a zero state, given the input half of the gates
-    for all steps, proj = x W_ihᵀ + b (B, S, 4H), and the recurrent weights W_hh (4H, H)."""
+    for all steps, proj = x W_ihᵀ + b (S, B, 4H), time-major, and the recurrent weights W_hh (4H, H)."""
 
     @staticmethod
     def forward(ctx, proj: torch.Tensor, w_hh: torch.Tensor):
-        B, S, _ = proj.shape
+        S, B, _ = proj.shape
         H = w_hh.size(1)
-        proj_t = proj.transpose(0, 1)  # (S, B, 4H) view: step slices
+        proj_t = proj
         w_t = w_hh.t()
         acts = proj.new_empty(S, B, 4 * H)
         hs = proj.new_empty(S + 1, B, H)  # hs[t] = h_{t-1}; hs[0] = 0
@@ -80,15 +85,13 @@ class _LSTMLayer(torch.autograd.Function):
         for t in range(S):
             _cell(torch.addmm(proj_t[t], hs[t], w_t), cs[t], acts[t], cs[t + 1], hs[t + 1])
         ctx.save_for_backward(w_hh, acts, hs, cs)
-        return hs[1:].transpose(0, 1), cs[1:].transpose(0, 1)  # (B, S, H) each
+        return hs[1:], cs[1:]  # (S, B, H) each
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_h: torch.Tensor, d_c: torch.Tensor):
         w_hh, acts, hs, cs = ctx.saved_tensors
         S, B, _ = acts.shape
-        d_h = d_h.transpose(0, 1)  # (S, B, H)
-        d_c = d_c.transpose(0, 1)
         d_gates = torch.empty_like(acts)
         dh_next = torch.zeros_like(hs[0])
         dc_next = torch.zeros_like(cs[0])
@@ -97,13 +100,13 @@ class _LSTMLayer(torch.autograd.Function):
             dh_next = d_gates[t] @ w_hh  # (B, H)
         flat = d_gates.view(S * B, -1)
         d_w_hh = flat.t() @ hs[:S].reshape(S * B, -1)  # Σ_t ∂L/∂gates_tᵀ h_{t-1}: one product
-        return d_gates.transpose(0, 1), d_w_hh
+        return d_gates, d_w_hh
 
 
 def lstm_layer(proj: torch.Tensor, w_hh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One LSTM layer from a zero state: proj = x W_ihᵀ + b_ih + b_hh (B, S, 4H), W_hh (4H, H)
-    -> h_t and c_t for every t, (B, S, H) each. Rows may be right-padded: padding comes after a
-    row's last word, so it never reaches the states at real positions."""
+    """One LSTM layer from a zero state: proj = x W_ihᵀ + b_ih + b_hh (S, B, 4H), time-major, and
+    W_hh (4H, H) -> h_t and c_t for every t, (S, B, H) each. Rows may be right-padded: padding
+    comes after a row's last word, so it never reaches the states at real positions."""
     return _LSTMLayer.apply(proj, w_hh)
 
 
@@ -121,12 +124,12 @@ class _InputFeedingLoop(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, emb_gates, h0, c0, feed0, keys, values, mask, w_c, p, n_layers, *params):
-        B, T, _ = emb_gates.shape
+        T, B, _ = emb_gates.shape
         L, H, d_mem = n_layers, h0.size(2), values.size(2)
         weights, biases = params[:L], (None,) + params[L:]
         feed_mask = dropout_mask((T, B, H), p, emb_gates) if p > 0 else None
         layer_masks = dropout_mask((L - 1, T, B, H), p, emb_gates) if p > 0 and L > 1 else None
-        emb_t = emb_gates.transpose(0, 1)  # (T, B, 4H) view: step slices
+        emb_t = emb_gates  # (T, B, 4H), time-major
         # inputs[l][t] = [x^l_t ; h^l_{t-1}] (T+1, B, in+H): each cell writes its h_t straight into
         # the next step's slot and (dropped out) into the layer above's; acts: activated gates;
         # cs[l][t] = c^l_{t-1}
@@ -228,7 +231,7 @@ class _InputFeedingLoop(torch.autograd.Function):
         d_values = torch.bmm(attn.permute(1, 2, 0), d_cat[..., :d_mem].transpose(0, 1))  # Σ_t a_tᵀ ∂L/∂c_t
         d_h0 = torch.stack(dh, 1)
         d_c0 = torch.stack(dc, 1)
-        return (d_gates[0].transpose(0, 1), d_h0, d_c0, d_feed, d_keys, d_values, None, d_w_c, None, None,
+        return (d_gates[0], d_h0, d_c0, d_feed, d_keys, d_values, None, d_w_c, None, None,
                 *d_weights, *d_biases)
 
 
@@ -247,7 +250,8 @@ def input_feeding_loop(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the input-feeding decoder over all T target steps (see _InputFeedingLoop).
 
-    emb_gates (B, T, 4H): layer 0's embedding half of the gates plus its bias; h0, c0 (B, L, H);
+    emb_gates (T, B, 4H), time-major: layer 0's embedding half of the gates plus its bias;
+    h0, c0 (B, L, H);
     feed0 (B, H): the h̃ fed to the first step;
     keys, values (B, S, d); mask (B, S) bool; w_c (H, d + H); weights[l] = [W_ih | W_hh] of layer l
     (layer 0 without its embedding columns); biases[l - 1] = b_ih + b_hh of layer l ≥ 1.
