@@ -93,7 +93,9 @@ class TrainConfig:
     epochs: int = 12
     decay_start: int = 8  # sgd: halve the rate after every epoch from this one on
     decay: float = 0.5
-    warmup: int = 4000  # adam: linear warm-up steps, then inverse square root
+    warmup: int = 4000  # adam: linear warm-up steps, then the schedule below
+    schedule: str = "rsqrt"  # adam after warm-up: rsqrt (inverse square root) | constant | linear
+    #                          (linear: to zero at the end of the budget: max_time, max_steps or epochs)
     clip: float = 5.0
     batch_size: int = 128
     batch_by: str = "sents"  # sents | tokens

@@ -99,8 +99,14 @@ def beam_search(
     max_len_extra: int = 10,
     max_len_cap: int = 512,
     need_weights: bool = False,
+    stop: str = "complete",
 ) -> list[list[Hypothesis]]:
     """Returns, per sentence, the ``nbest`` best hypotheses, best first.
+
+    ``stop``: when a sentence is done. "complete": when it has K finished hypotheses (or reaches
+    its length limit). "best": as soon as the best extension of a step ends it (</s> outranks
+    every continuation by log-probability), as OpenNMT-py does; the finished hypotheses collected
+    by then are ranked as usual.
 
     The step bookkeeping is tensor ops over all live sentences at once; Python only builds the
     finished hypotheses. A sentence that is done leaves the batch (its K rows are dropped from
@@ -160,7 +166,10 @@ def beam_search(
                 hyp = Hypothesis(toks, s, _normalise(s, len(toks) + 1, length_penalty), attn)
                 finished[alive[b]].append(hyp)
             n_finished = n_finished + keep_end.sum(1)
-        still = ~((n_finished >= K) | at_limit.squeeze(1))  # (n,) sentences not done
+        done = (n_finished >= K) | at_limit.squeeze(1)
+        if stop == "best":
+            done = done | (valid[:, 0] & is_eos[:, 0] & (n_finished >= nbest))
+        still = ~done  # (n,) sentences not done
         # the chosen candidates first, in rank order, then dead rows (score -inf, </pad>) to fill K
         pick = torch.sort((~chosen).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (n, K)
         picked = chosen.gather(1, pick)

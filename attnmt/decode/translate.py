@@ -81,9 +81,10 @@ class Translator:
         max_len_ratio: float = 2.0,
         with_attention: bool = False,
         max_len_cap: int = 512,
+        stop: str = "complete",
     ) -> list[list[Translation]]:
         """Outputs stop at min(max_len_ratio · |x| + 10, max_len_cap) pieces; raise the cap for
-        documents (a chapter is thousands of pieces)."""
+        documents (a chapter is thousands of pieces). ``stop``: see decode.search.beam_search."""
         prepared = [self._prepare(line) for line in lines]
         order = sorted(range(len(lines)), key=lambda i: len(prepared[i][2]), reverse=True)
         results: list[list[Translation]] = [[] for _ in lines]
@@ -96,7 +97,7 @@ class Translator:
                                      max_len_cap=max_len_cap, need_weights=need)
             else:
                 hyps = beam_search(self.model, batch.src, batch.src_lengths, beam, nbest, length_penalty,
-                                   max_len_ratio, max_len_cap=max_len_cap, need_weights=need)
+                                   max_len_ratio, max_len_cap=max_len_cap, need_weights=need, stop=stop)
             for i, sent_hyps in zip(chunk, hyps):
                 results[i] = [self._finish(prepared[i], h, len(ids[chunk.index(i)])) for h in sent_hyps]
         return results

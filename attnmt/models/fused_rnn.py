@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from attnmt.models.packed import linear, linear_add, pack
+
 
 def dropout_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
     """Inverted-dropout multipliers: 1/(1-p) with probability 1-p, else 0 (torch.rand is about
@@ -75,15 +77,14 @@ class _LSTMLayer(torch.autograd.Function):
     def forward(ctx, proj: torch.Tensor, w_hh: torch.Tensor):
         S, B, _ = proj.shape
         H = w_hh.size(1)
-        proj_t = proj
-        w_t = w_hh.t()
+        w_p = pack(w_hh, B)
         acts = proj.new_empty(S, B, 4 * H)
         hs = proj.new_empty(S + 1, B, H)  # hs[t] = h_{t-1}; hs[0] = 0
         cs = proj.new_empty(S + 1, B, H)
         hs[0].zero_()
         cs[0].zero_()
         for t in range(S):
-            _cell(torch.addmm(proj_t[t], hs[t], w_t), cs[t], acts[t], cs[t + 1], hs[t + 1])
+            _cell(linear_add(hs[t], w_p, proj[t]), cs[t], acts[t], cs[t + 1], hs[t + 1])
         ctx.save_for_backward(w_hh, acts, hs, cs)
         return hs[1:], cs[1:]  # (S, B, H) each
 
@@ -95,9 +96,10 @@ class _LSTMLayer(torch.autograd.Function):
         d_gates = torch.empty_like(acts)
         dh_next = torch.zeros_like(hs[0])
         dc_next = torch.zeros_like(cs[0])
+        w_p = pack(w_hh.t(), B)
         for t in range(S - 1, -1, -1):
             dc_next = _cell_backward(acts[t], cs[t + 1], cs[t], d_h[t] + dh_next, d_c[t] + dc_next, d_gates[t])
-            dh_next = d_gates[t] @ w_hh  # (B, H)
+            dh_next = linear(d_gates[t], w_p)  # ∂L/∂gates_t W_hh: (B, H)
         flat = d_gates.view(S * B, -1)
         d_w_hh = flat.t() @ hs[:S].reshape(S * B, -1)  # Σ_t ∂L/∂gates_tᵀ h_{t-1}: one product
         return d_gates, d_w_hh
@@ -147,12 +149,15 @@ class _InputFeedingLoop(torch.autograd.Function):
         inputs[0][0][:, : n_in[0]] = feed0
         not_mask = ~mask.unsqueeze(1)  # (B, 1, S)
         keys_t = keys.transpose(1, 2)  # (B, d, S): h_t K^T as a row-vector product is the fast bmm
-        w_t = [w.t() for w in weights]
+        w_p = [pack(w, B) for w in weights]
+        w_c_p = pack(w_c, B)
         for t in range(T):
             for layer in range(L):
-                bias = emb_t[t] if layer == 0 else biases[layer]
                 h = inputs[layer][t + 1][:, n_in[layer] :]
-                gates = torch.addmm(bias, inputs[layer][t], w_t[layer])
+                if layer == 0:
+                    gates = linear_add(inputs[0][t], w_p[0], emb_t[t])
+                else:
+                    gates = linear(inputs[layer][t], w_p[layer], biases[layer])
                 _cell(gates, cs[layer][t], acts[layer][t], cs[layer][t + 1], h)
                 if layer < L - 1:
                     above = inputs[layer + 1][t][:, : n_in[layer + 1]]
@@ -166,7 +171,7 @@ class _InputFeedingLoop(torch.autograd.Function):
             a = torch.softmax(scores, dim=2)  # (B, 1, S)
             attn[t] = a.squeeze(1)
             cat[:, :d_mem] = torch.bmm(a, values).squeeze(1)  # c_t
-            torch.tanh(cat @ w_c.t(), out=h_tilde[t])
+            torch.tanh(linear(cat, w_c_p), out=h_tilde[t])
             if feed_mask is None:
                 features[t] = h_tilde[t]
             else:
@@ -196,6 +201,8 @@ class _InputFeedingLoop(torch.autograd.Function):
         d_cat = torch.empty_like(ctx_top)  # ∂L/∂[c_t; h_t]
         d_scores = torch.empty_like(attn)
         values_t = values.transpose(1, 2)  # (B, d, S)
+        w_p = [pack(w.t(), B) for w in weights]
+        w_c_p = pack(w_c.t(), B)
         dh = [h_tilde.new_zeros(B, H) for _ in range(L)]  # ∂L/∂h^l_t from step t+1
         dc = [h_tilde.new_zeros(B, H) for _ in range(L)]
         d_feed = h_tilde.new_zeros(B, H)  # ∂L/∂(fed h̃_t) from step t+1
@@ -204,7 +211,7 @@ class _InputFeedingLoop(torch.autograd.Function):
             if feed_mask is not None:
                 d_ht.mul_(feed_mask[t])
             torch.mul(d_ht, 1 - h_tilde[t] * h_tilde[t], out=d_pre[t])
-            torch.mm(d_pre[t], w_c, out=d_cat[t])
+            d_cat[t] = linear(d_pre[t], w_c_p)  # ∂L/∂(W_c [c_t; h_t]) W_c
             a = attn[t].unsqueeze(1)  # (B, 1, S)
             d_a = torch.bmm(d_cat[t][:, :d_mem].unsqueeze(1), values_t)  # (B, 1, S)
             d_s = a * (d_a - (a * d_a).sum(2, keepdim=True))
@@ -214,7 +221,7 @@ class _InputFeedingLoop(torch.autograd.Function):
                 dc[layer] = _cell_backward(
                     acts[layer][t], cs[layer][t + 1], cs[layer][t], d_x + dh[layer], dc[layer], d_gates[layer][t]
                 )
-                d_inp = d_gates[layer][t] @ weights[layer]  # (B, in + H)
+                d_inp = linear(d_gates[layer][t], w_p[layer])  # ∂L/∂gates W_l: (B, in + H)
                 dh[layer] = d_inp[:, n_in[layer] :]
                 d_x = d_inp[:, : n_in[layer]]
                 if layer > 0 and layer_masks is not None:

@@ -87,14 +87,21 @@ def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.
     )
 
 
-def learning_rate(cfg: Config, epoch: int, step: int) -> float:
+def learning_rate(cfg: Config, epoch: int, step: int, progress: float = 0.0) -> float:
     """SGD (the paper): lr, halved (×decay) every epoch after ``decay_start``.
-    Adam: linear warm-up for ``warmup`` steps, then inverse square root decay."""
+    Adam: linear warm-up for ``warmup`` steps, then (``schedule``) inverse square root decay,
+    a constant rate, or a linear decay that reaches zero when ``progress`` (the spent fraction of
+    the training budget) reaches 1."""
     t = cfg.train
     if t.optimizer == "sgd":
         return t.lr * t.decay ** max(0, epoch - t.decay_start)
-    step = max(step, 1)
-    return t.lr * min(step / max(t.warmup, 1), math.sqrt(max(t.warmup, 1) / step))
+    step, warmup = max(step, 1), max(t.warmup, 1)
+    ramp = min(step / warmup, 1.0)
+    if t.schedule == "constant":
+        return t.lr * ramp
+    if t.schedule == "linear":
+        return t.lr * ramp * max(1.0 - progress, 0.0)
+    return t.lr * min(step / warmup, math.sqrt(warmup / step))
 
 
 def make_optimizer(cfg: Config, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -154,6 +161,7 @@ class Trainer:
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
         self.elapsed, self.best_ppl = 0.0, float("inf")
         self.tokens = 0  # target tokens (or sentences, classify) trained on so far
+        self.steps_per_epoch = 1  # set when training starts
         self.validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
         if resuming:
             self._resume()
@@ -252,7 +260,7 @@ class Trainer:
     def train_step(self, batches: list[Batch]) -> tuple[float, int]:
         """One update from ``batches`` (gradient accumulation); returns summed loss and tokens."""
         t = self.cfg.train
-        lr = learning_rate(self.cfg, self.epoch, self.step + 1)
+        lr = learning_rate(self.cfg, self.epoch, self.step + 1, self._progress())
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -294,6 +302,17 @@ class Trainer:
         self.step += 1
         return total_loss, total_tokens
 
+    def _progress(self) -> float:
+        """The spent fraction of the training budget: the largest of steps / max_steps,
+        time / max_time and steps / (epochs · steps per epoch), for the budgets that are set."""
+        t = self.cfg.train
+        parts = [self.step / max(self.steps_per_epoch * t.epochs, 1)]
+        if t.max_steps:
+            parts.append(self.step / t.max_steps)
+        if t.max_time:
+            parts.append(self.elapsed / t.max_time)
+        return min(max(parts), 1.0)
+
     def _out_of_budget(self) -> bool:
         t = self.cfg.train
         if t.max_steps and self.step >= t.max_steps:
@@ -318,6 +337,7 @@ class Trainer:
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log({"event": "start", "params": n_params, "device": str(self.device), "world": self.dist.world})
         per_epoch = len(self._epoch_batches()) // max(t.accumulate, 1)
+        self.steps_per_epoch = per_epoch
         total_steps = t.max_steps or per_epoch * t.epochs
         bar = tqdm(
             total=total_steps, initial=self.step, disable=not self.dist.main, unit="step",
@@ -408,6 +428,7 @@ def validate_config(cfg: Config) -> None:
         "train.optimizer": (t.optimizer, ("sgd", "adam")),
         "train.batch_by": (t.batch_by, ("sents", "tokens")),
         "train.loss_norm": (t.loss_norm, ("sents", "tokens")),
+        "train.schedule": (t.schedule, ("rsqrt", "constant", "linear")),
         "data.tokenizer": (cfg.data.tokenizer, ("word", "bpe", "unigram")),
         "model.local_composition": (m.local_composition, ("paper", "inside")),
     }

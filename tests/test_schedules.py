@@ -1,0 +1,35 @@
+"""Learning-rate schedules of the Adam recipe: warm-up, then rsqrt, constant or linear-to-zero."""
+
+import math
+
+import pytest
+
+from attnmt.config import Config, apply_overrides
+from attnmt.errors import UserError
+from attnmt.train.training import learning_rate, validate_config
+
+
+def _cfg(schedule: str) -> Config:
+    return apply_overrides(Config(), ["train.optimizer=adam", "train.lr=0.002", "train.warmup=100",
+                                      f"train.schedule={schedule}"])
+
+
+@pytest.mark.parametrize("schedule", ["rsqrt", "constant", "linear"])
+def test_warmup_is_linear_for_every_schedule(schedule):
+    cfg = _cfg(schedule)
+    assert learning_rate(cfg, 1, 50, progress=0.0) == pytest.approx(0.001)
+    assert learning_rate(cfg, 1, 100, progress=0.0) == pytest.approx(0.002)
+
+
+def test_after_warmup():
+    assert learning_rate(_cfg("rsqrt"), 1, 400) == pytest.approx(0.002 * math.sqrt(100 / 400))
+    assert learning_rate(_cfg("constant"), 1, 400, progress=0.9) == pytest.approx(0.002)
+    linear = _cfg("linear")
+    assert learning_rate(linear, 1, 400, progress=0.5) == pytest.approx(0.001)
+    assert learning_rate(linear, 1, 400, progress=1.0) == 0.0
+    assert learning_rate(linear, 1, 400, progress=0.25) > learning_rate(linear, 1, 400, progress=0.75)
+
+
+def test_unknown_schedule_is_a_user_error():
+    with pytest.raises(UserError, match="train.schedule"):
+        validate_config(_cfg("cosine"))
