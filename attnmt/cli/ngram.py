@@ -1,4 +1,5 @@
 """attnmt ngram build --order 5 --input TEXT --arpa OUT [--binary OUT] [--vocab-from RUN] [--prune ..]
+                   [--memory 4G] [--temp DIR]
 attnmt ngram ppl --model M --input TEXT [--json]
 attnmt ngram query --model M < sentences          per-word and total log10 scores (KenLM style)"""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -29,6 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-order raw-count thresholds, e.g. 0 0 1 drops singleton 3+-grams")
     b.add_argument("--no-discount-fallback", action="store_true",
                    help="fail instead of using D=0.5,1,1.5 when the discounts cannot be estimated")
+    b.add_argument("--memory", default="25%",
+                   help="memory budget, like lmplz -S: e.g. 4G, 512M, or a share of physical "
+                        "memory such as 25%% (the default); the counts are sorted in chunks of "
+                        "this size and merged from disk")
+    b.add_argument("--temp", metavar="DIR",
+                   help="directory for the temporary files (default: the system's temp dir)")
+    b.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (tokens/s) on stderr; they are only shown on a terminal")
     b.set_defaults(func=run_build)
 
     q = cmds.add_parser("ppl", help="perplexity of a model on a text")
@@ -45,34 +55,45 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from attnmt.ngram.arpa import check_arpa_vocab, write_arpa
+    from attnmt.ngram.binary import write_binary
     from attnmt.ngram.estimate import FALLBACK_DISCOUNTS
-    from attnmt.ngram.model import NgramLM
+    from attnmt.ngram.stream import estimate_stream, parse_memory
 
     if not args.arpa and not args.binary:
         raise UserError("give --arpa and/or --binary to say where the model goes")
     if args.order < 1:
         raise UserError(f"--order must be >= 1, got {args.order}")
+    memory = parse_memory(args.memory)
+    if args.temp and not os.path.isdir(args.temp):
+        raise UserError("no such directory", args.temp)
     tokenizer = None
     if args.vocab_from:
         from attnmt.data.vocab import load_tokenizer
 
         tokenizer = load_tokenizer(args.vocab_from, "tgt")
     start = time.perf_counter()
-    lm = NgramLM.estimate_text(
+    vocab, tables, info, cleanup = estimate_stream(
         args.input, order=args.order, tokenizer=tokenizer, prune=args.prune,
         discount_fallback=None if args.no_discount_fallback else FALLBACK_DISCOUNTS,
+        memory=memory, work_dir=args.temp, progress=not args.no_progress and sys.stderr.isatty(),
     )
-    took = time.perf_counter() - start
-    if lm.info.get("discount_fallback"):
-        print(f"attnmt: warning: fallback discounts for orders {lm.info['discount_fallback']} "
-              "(too little data to estimate them)", file=sys.stderr)
-    if args.binary:
-        lm.save(args.binary)
-    if args.arpa:
-        lm.to_arpa(args.arpa)
-    counts = " ".join(f"{k}:{n}" for k, n in enumerate(lm.info["counts"], start=1))
-    print(f"estimated {lm.order}-gram from {lm.info['tokens']} tokens, "
-          f"{lm.info['sentences']} sentences in {took:.1f}s; n-grams {counts}", file=sys.stderr)
+    try:
+        took = time.perf_counter() - start
+        if info.get("discount_fallback"):
+            print(f"attnmt: warning: fallback discounts for orders {info['discount_fallback']} "
+                  "(too little data to estimate them)", file=sys.stderr)
+        if args.arpa:
+            check_arpa_vocab(args.arpa, vocab)  # before anything is written
+        if args.binary:
+            write_binary(args.binary, vocab, tables, info)
+        if args.arpa:
+            write_arpa(args.arpa, vocab, tables)
+    finally:
+        cleanup()
+    counts = " ".join(f"{k}:{n}" for k, n in enumerate(info["counts"], start=1))
+    print(f"estimated {info['order']}-gram from {info['tokens']} tokens, "
+          f"{info['sentences']} sentences in {took:.1f}s; n-grams {counts}", file=sys.stderr)
     return 0
 
 

@@ -22,9 +22,12 @@ import numpy as np
 from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
 from attnmt.ngram.estimate import OrderTable
+from attnmt.ngram.lines import LineWriter
+from attnmt.ngram.tables import DiskTables, MemoryTables, block_words
 
 UNKNOWN_MISSING_LOGPROB = -100.0  # what KenLM gives <unk> when a file lacks it
-_CHUNK = 200_000
+_CHUNK = 200_000  # lines parsed at a time
+_BLOCK = 1 << 16  # lines assembled at a time (their temporaries stay below 32 MB)
 
 
 def ngram_words(tables: list[OrderTable], k: int, rows: np.ndarray) -> np.ndarray:
@@ -37,8 +40,8 @@ def ngram_words(tables: list[OrderTable], k: int, rows: np.ndarray) -> np.ndarra
     return out
 
 
-def write_arpa(path: str | os.PathLike, vocab: list[str], tables: list[OrderTable]) -> None:
-    """Write an ARPA file (atomically: a temporary file renamed into place)."""
+def check_arpa_vocab(path: str | os.PathLike, vocab: list[str]) -> None:
+    """Refuse vocabularies that cannot be written as ARPA words (before any work is done)."""
     if len(set(vocab[1:])) != len(vocab) - 1:
         raise UserError("the vocabulary has duplicate entries; it cannot be written as ARPA",
                         str(path))
@@ -46,39 +49,41 @@ def write_arpa(path: str | os.PathLike, vocab: list[str], tables: list[OrderTabl
     if bad is not None:
         raise UserError(f"vocabulary entry {bad!r} is empty or contains whitespace; it cannot be "
                         "written as ARPA (use the binary format)", str(path))
+
+
+def write_arpa(path: str | os.PathLike, vocab: list[str],
+               tables: list[OrderTable] | MemoryTables | DiskTables, block: int = _BLOCK) -> None:
+    """Write an ARPA file (atomically: a temporary file renamed into place).
+
+    ``tables``: the per-order tables, in memory or on disk (:mod:`attnmt.ngram.tables`); the
+    lines are assembled by :class:`attnmt.ngram.lines.LineWriter`, ``block`` n-grams at a time.
+    """
+    check_arpa_vocab(path, vocab)
+    source = MemoryTables(tables) if isinstance(tables, list) else tables
     path = Path(path)
-    order = len(tables)
-    uni_rows = np.nonzero(np.isfinite(tables[0].logp) & (np.arange(len(vocab)) != PAD))[0]
-    counts = [len(uni_rows)] + [len(t.word) for t in tables[1:]]
+    order = source.order
+    unigrams = source.read(1, 0, source.size(1))
+    uni_rows = np.nonzero(np.isfinite(unigrams.logp) & (np.arange(len(vocab)) != PAD))[0]
+    counts = [len(uni_rows)] + [source.size(k) for k in range(2, order + 1)]
+    writer = LineWriter(vocab, block)
     tmp = path.with_name(path.name + ".tmp")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(tmp, "wt", encoding="utf-8", newline="\n") as f:
-        f.write("\\data\\\n")
+    with opener(tmp, "wb") as f:
+        f.write(b"\\data\\\n")
         for k, n in enumerate(counts, start=1):
-            f.write(f"ngram {k}={n}\n")
-        prev_texts: list[str] = vocab
+            f.write(f"ngram {k}={n}\n".encode())
         for k in range(1, order + 1):
-            f.write(f"\n\\{k}-grams:\n")
-            t = tables[k - 1]
-            # Text of every entry of this order = its prefix's text + its word (kept one order).
-            if k == 1:
-                texts = vocab
-            else:
-                texts = [prev_texts[p] + " " + vocab[w]
-                         for p, w in zip(t.prefix.tolist(), t.word.tolist())]
-            rows = uni_rows if k == 1 else np.arange(len(t.word))
-            for s in range(0, len(rows), _CHUNK):
-                part = rows[s : s + _CHUNK]
-                probs = t.logp[part].tolist()
-                if k < order:
-                    backs = t.logb[part].tolist()
-                    f.write("".join(f"{p:.9g}\t{texts[i]}\t{b:.9g}\n"
-                                    for i, p, b in zip(part.tolist(), probs, backs)))
+            f.write(f"\n\\{k}-grams:\n".encode())
+            for start in range(0, counts[k - 1], block):
+                if k == 1:
+                    rows = uni_rows[start : start + block]
+                    t = OrderTable(unigrams.word[rows], unigrams.prefix[rows],
+                                   unigrams.logp[rows], unigrams.logb[rows])
                 else:
-                    f.write("".join(f"{p:.9g}\t{texts[i]}\n"
-                                    for i, p in zip(part.tolist(), probs)))
-            prev_texts = texts
-        f.write("\n\\end\\\n")
+                    t = source.read(k, start, start + block)
+                f.write(memoryview(writer.lines(block_words(source, k, t), t.logp,
+                                                t.logb if k < order else None)))
+        f.write(b"\n\\end\\\n")
     os.replace(tmp, path)
 
 
@@ -185,54 +190,84 @@ def read_arpa(path: str | os.PathLike) -> tuple[list[str], list[OrderTable]]:
 
 
 def _read_section(lines, k, order, expected, vocab, index, tables) -> OrderTable:
+    """One \\k-grams: section, parsed _CHUNK lines at a time into arrays (entry i is on line
+    start + 1 + i: a section has no blank lines), so a section costs its arrays, not a Python
+    object per line."""
     start_line = lines.lineno
-    probs, backs, grams, where = [], [], [], []
-    while True:
-        line = lines.next()
-        if line is None or not line.strip() or line.lstrip().startswith("\\"):
-            if line is not None and line.strip():
-                lines.push_back(line)
-            break
-        if len(probs) == expected:
-            raise lines.error(f"more {k}-grams than the {expected} declared in \\data\\")
-        parts = line.split()
-        if len(parts) not in (k + 1, k + 2) or (len(parts) == k + 2 and k == order):
-            raise lines.error(f"expected log-prob, {k} word(s)"
-                              f"{', optional backoff' if k < order else ''}; got {line!r}")
-        p = _number(parts[0], lines, "log probability")
-        if p > 0:
-            raise lines.error(f"positive log probability {parts[0]}")
-        probs.append(p)
-        backs.append(_number(parts[k + 1], lines, "backoff") if len(parts) == k + 2 else 0.0)
-        ws = parts[1 : k + 1]
+    n = 0
+    blocks = []  # k == 1: (ids, logp, logb); k >= 2: (keys, logp, logb)
+    done = False
+    prev_keys = None  # keys of orders 2..k-1, to find each n-gram's context
+    while not done:
+        probs, backs, grams = [], [], []
+        while len(probs) < _CHUNK:
+            line = lines.next()
+            if line is None or not line.strip() or line.lstrip().startswith("\\"):
+                if line is not None and line.strip():
+                    lines.push_back(line)
+                done = True
+                break
+            if n + len(probs) == expected:
+                raise lines.error(f"more {k}-grams than the {expected} declared in \\data\\")
+            parts = line.split()
+            if len(parts) not in (k + 1, k + 2) or (len(parts) == k + 2 and k == order):
+                raise lines.error(f"expected log-prob, {k} word(s)"
+                                  f"{', optional backoff' if k < order else ''}; got {line!r}")
+            p = _number(parts[0], lines, "log probability")
+            if p > 0:
+                raise lines.error(f"positive log probability {parts[0]}")
+            probs.append(p)
+            backs.append(_number(parts[k + 1], lines, "backoff") if len(parts) == k + 2 else 0.0)
+            ws = parts[1 : k + 1]
+            if k == 1:
+                w = ws[0]
+                if w in index and w not in SPECIALS:
+                    raise lines.error(f"duplicate unigram {w!r}")
+                if w not in index:
+                    index[w] = len(vocab)
+                    vocab.append(w)
+                grams.append(index[w])
+            else:
+                try:
+                    grams.extend([index[w] for w in ws])
+                except KeyError as err:
+                    raise lines.error(f"word {err.args[0]!r} is not among the 1-grams") from None
+        if not probs:
+            continue
+        logp = np.asarray(probs, np.float64).astype(np.float32)
+        logb = np.asarray(backs, np.float64).astype(np.float32)
         if k == 1:
-            w = ws[0]
-            if w in index and w not in SPECIALS:
-                raise lines.error(f"duplicate unigram {w!r}")
-            if w not in index:
-                index[w] = len(vocab)
-                vocab.append(w)
-            grams.append(index[w])
+            blocks.append((np.asarray(grams, np.int64), logp, logb))
         else:
-            try:
-                grams.append([index[w] for w in ws])
-            except KeyError as err:
-                raise lines.error(f"word {err.args[0]!r} is not among the 1-grams") from None
-        where.append(lines.lineno)
-    if len(probs) != expected:
-        raise lines.error(f"\\{k}-grams: section (from line {start_line}) has {len(probs)} "
+            V = np.int64(len(vocab))
+            if prev_keys is None:
+                prev_keys = [None, None] + [tables[j - 1].prefix * V + tables[j - 1].word
+                                            for j in range(2, k)]
+            ids = np.asarray(grams, np.int64).reshape(-1, k)
+            idx = ids[:, 0]
+            for j in range(2, k):
+                idx = _find(prev_keys[j], idx, ids[:, j - 1], V)
+                bad = np.nonzero(idx < 0)[0]
+                if len(bad):
+                    i = bad[0]
+                    ctx = " ".join(vocab[w] for w in ids[i, : k - 1])
+                    raise lines.error(f"n-gram's context {ctx!r} is not among the {k - 1}-grams",
+                                      start_line + 1 + n + int(i))
+            blocks.append((idx * V + ids[:, -1], logp, logb))
+        n += len(probs)
+    if n != expected:
+        raise lines.error(f"\\{k}-grams: section (from line {start_line}) has {n} "
                           f"entries but \\data\\ declares {expected}")
-    logp = np.asarray(probs, np.float64)
-    logb = np.asarray(backs, np.float64)
-    where_arr = np.asarray(where, np.int64)
+    logp = np.concatenate([b[1] for b in blocks]) if blocks else np.zeros(0, np.float32)
+    logb = np.concatenate([b[2] for b in blocks]) if blocks else np.zeros(0, np.float32)
     if k == 1:
-        ids = np.asarray(grams, np.int64)
+        ids = np.concatenate([b[0] for b in blocks]) if blocks else np.zeros(0, np.int64)
         if len(np.unique(ids)) != len(ids):
-            dup = where_arr[np.nonzero(np.bincount(ids)[ids] > 1)[0][-1]]
-            raise lines.error("duplicate unigram", int(dup))
+            dup = np.nonzero(np.bincount(ids)[ids] > 1)[0][-1]
+            raise lines.error("duplicate unigram", start_line + 1 + int(dup))
         V = len(vocab)
-        full_p = np.full(V, -np.inf)
-        full_b = np.zeros(V)
+        full_p = np.full(V, -np.inf, np.float32)
+        full_b = np.zeros(V, np.float32)
         full_p[ids] = logp
         full_b[ids] = logb
         for special, name in ((BOS, "<s>"), (EOS, "</s>")):
@@ -240,32 +275,22 @@ def _read_section(lines, k, order, expected, vocab, index, tables) -> OrderTable
                 raise lines.error(f"the 1-grams lack {name}")
         if UNK not in set(ids.tolist()):
             full_p[UNK] = UNKNOWN_MISSING_LOGPROB
-        return OrderTable(np.arange(V, dtype=np.int64), np.zeros(V, np.int64),
-                          full_p.astype(np.float32), full_b.astype(np.float32))
-    ids = np.asarray(grams, np.int64).reshape(-1, k)
+        return OrderTable(np.arange(V, dtype=np.int32), np.zeros(V, np.int64), full_p, full_b)
     V = np.int64(len(vocab))
-    idx = ids[:, 0]
-    for j in range(2, k):
-        idx = _find(tables[j - 1], idx, ids[:, j - 1], V)
-        bad = np.nonzero(idx < 0)[0]
-        if len(bad):
-            i = bad[0]
-            ctx = " ".join(vocab[w] for w in ids[i, : k - 1])
-            raise lines.error(f"n-gram's context {ctx!r} is not among the {k - 1}-grams",
-                              int(where_arr[i]))
-    keys = idx * V + ids[:, -1]
-    perm = np.argsort(keys, kind="stable")
-    keys = keys[perm]
-    dup = np.nonzero(keys[1:] == keys[:-1])[0]
-    if len(dup):
-        raise lines.error(f"duplicate {k}-gram", int(where_arr[perm[dup[0] + 1]]))
-    return OrderTable(ids[perm, -1].copy(), keys // V, logp[perm].astype(np.float32),
-                      logb[perm].astype(np.float32))
+    keys = np.concatenate([b[0] for b in blocks]) if blocks else np.zeros(0, np.int64)
+    del blocks
+    if len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])):  # lmplz's order, not ours
+        perm = np.argsort(keys, kind="stable")
+        keys, logp, logb = keys[perm], logp[perm], logb[perm]
+        dup = np.nonzero(keys[1:] == keys[:-1])[0]
+        if len(dup):
+            raise lines.error(f"duplicate {k}-gram", start_line + 1 + int(perm[dup[0] + 1]))
+    return OrderTable((keys % V).astype(np.int32), keys // V, logp, logb)
 
 
-def _find(table: OrderTable, prefix: np.ndarray, word: np.ndarray, V) -> np.ndarray:
-    """Numpy twin of QueryIndex.find for a non-dense order: entry index of (prefix, word) or -1."""
-    keys = table.prefix * V + table.word
+def _find(keys: np.ndarray, prefix: np.ndarray, word: np.ndarray, V) -> np.ndarray:
+    """Numpy twin of QueryIndex.find for a non-dense order (keys = prefix * V + word, sorted):
+    entry index of (prefix, word) or -1."""
     q = prefix * V + word
     if len(keys) == 0:
         return np.full(len(q), -1, np.int64)

@@ -19,7 +19,9 @@ from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
 
 _DELIMS = str.maketrans({"\t": " ", "\r": " ", "\0": " ", "\n": " "})
-_DELIMS_KEEP_NL = str.maketrans({"\t": " ", "\r": " ", "\0": " "})
+# the same on UTF-8 bytes, where it is a fast table lookup (no ASCII byte occurs inside a
+# multi-byte character, so this never touches one)
+_BYTE_DELIMS_KEEP_NL = bytes.maketrans(b"\t\r\0", b"   ")
 
 
 def split_words(line: str) -> list[str]:
@@ -50,8 +52,9 @@ def flatten(sentences: Iterable[Sequence[int]]) -> np.ndarray:
     return np.frombuffer(flat, dtype=np.int64).copy() if len(flat) else np.zeros(0, np.int64)
 
 
-def _read_blocks(path: Path, size: int = 1 << 25) -> Iterator[tuple[int, str]]:
-    """(number of the block's first line, text) for blocks of whole lines, UTF-8 checked."""
+def _read_blocks(path: Path, size: int = 1 << 25) -> Iterator[tuple[int, bytes]]:
+    """(number of the block's first line, bytes) for blocks of whole lines, UTF-8 checked, with
+    tab, CR and NUL turned into spaces."""
     first_line = 1
     rest = b""
     with open(path, "rb") as f:
@@ -65,42 +68,163 @@ def _read_blocks(path: Path, size: int = 1 << 25) -> Iterator[tuple[int, str]]:
             block, rest = data[:cut], data[cut:]
             if block:
                 try:
-                    text = block.decode("utf-8")
+                    block.decode("utf-8")
                 except UnicodeDecodeError as err:
                     line = first_line + block.count(b"\n", 0, err.start)
                     raise UserError(f"invalid UTF-8 ({err.reason})", str(path), line) from None
-                yield first_line, text
+                yield first_line, block.translate(_BYTE_DELIMS_KEEP_NL)
                 first_line += block.count(b"\n")
             if not chunk:
                 return
 
 
-def _words_to_ids(path: Path) -> tuple[list[str], np.ndarray]:
-    """Whitespace words of a file as flat ids, vectorised per block (no per-line Python loop)."""
-    # Internal ids: '' (split artefact) 0, line break 1, then the specials, then new words.
-    table = {"": 0, "\n": 1, "<unk>": 2, "<s>": 3, "</s>": 4}
-    to_model = [-1, -1, UNK, BOS, EOS]
-    parts: list[np.ndarray] = []
-    n_lines = 0
-    for first_line, text in _read_blocks(path):
-        words = text.translate(_DELIMS_KEEP_NL).replace("\n", " \n ").split(" ")
-        internal = np.fromiter((table.setdefault(w, len(table)) for w in words), np.int64,
-                               count=len(words))
-        bad = np.nonzero((internal == 3) | (internal == 4))[0]
+_MASKS = np.array([(1 << (8 * n)) - 1 for n in range(9)], np.uint64)
+
+
+def _short_key(word: bytes) -> int:
+    return int.from_bytes(word, "little")
+
+
+class WordIds:
+    """Vocabulary ids of the whitespace words of text blocks, without a Python lookup per word.
+
+    A word of at most 8 bytes is its bytes read as one little-endian uint64 (exact: a word holds
+    no NUL byte), found by binary search among the sorted keys of the known words; longer words
+    (rare) go through a dict. New words get the next ids in order of first occurrence, after the
+    specials, as a dict.setdefault loop over the words would give them.
+    """
+
+    def __init__(self):
+        self.words: list[str] = list(SPECIALS)
+        specials = {b"<unk>": UNK, b"<s>": BOS, b"</s>": EOS}
+        keys = np.array([_short_key(w) for w in specials], np.uint64)
+        order = np.argsort(keys)
+        self.keys, self.ids = keys[order], np.array(list(specials.values()), np.int64)[order]
+        self.long: dict[str, int] = {}
+
+    def block(self, data: bytes, first_line: int, path: Path) -> np.ndarray:
+        """Flat ``<s> .. </s>`` ids (int64) of a block of whole lines (separators: space, newline)."""
+        b = np.frombuffer(data, np.uint8)
+        n = len(b)
+        inside = (b != 32) & (b != 10)
+        starts_word = inside.copy()
+        starts_word[1:] &= ~inside[:-1]
+        start = np.flatnonzero(starts_word)
+        ends_word = inside.copy()
+        ends_word[:-1] &= ~inside[1:]
+        length = np.flatnonzero(ends_word) + 1 - start
+        ids = np.empty(len(start), np.int64)
+        short = np.flatnonzero(length <= 8)
+        padded = np.zeros(n + 8, np.uint8)
+        padded[:n] = b
+        eight = np.ndarray((n,), np.uint64, padded, 0, (1,))  # 8 bytes from every offset
+        keys = eight[start[short]] & _MASKS[length[short]]
+        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        found = self.keys[at] == keys
+        ids[short[found]] = self.ids[at[found]]
+        # words not seen before: short ones by key, long ones by text, numbered in block order
+        missing = short[~found]
+        new_keys, first, inverse = np.unique(keys[~found], return_index=True, return_inverse=True)
+        long = np.flatnonzero(length > 8).tolist()
+        long_text = [data[s : s + m].decode("utf-8") for s, m in
+                     zip(start[long].tolist(), length[long].tolist())]
+        new_long: dict[str, int] = {}
+        for i, w in zip(long, long_text):
+            if w not in self.long and w not in new_long:
+                new_long[w] = i
+        texts = [k.to_bytes(8, "little").rstrip(b"\0").decode("utf-8")
+                 for k in new_keys.tolist()] + list(new_long)
+        occurs = np.concatenate([missing[first], np.array(list(new_long.values()), np.int64)])
+        number = np.empty(len(texts), np.int64)
+        number[np.argsort(occurs)] = len(self.words) + np.arange(len(texts))
+        self.words.extend(texts[i] for i in np.argsort(occurs).tolist())
+        short_ids = number[: len(new_keys)]
+        self.long.update(zip(texts[len(new_keys) :], number[len(new_keys) :].tolist()))
+        ids[missing] = short_ids[inverse]
+        ids[long] = [self.long[w] for w in long_text]
+        if len(new_keys):
+            keys = np.concatenate([self.keys, new_keys])
+            order = np.argsort(keys)
+            self.keys, self.ids = keys[order], np.concatenate([self.ids, short_ids])[order]
+        bad = np.flatnonzero((ids == BOS) | (ids == EOS))
         if len(bad):
-            line = first_line + int(np.count_nonzero(internal[: bad[0]] == 1))
-            raise UserError(f"{words[bad[0]]} may not occur inside a sentence", str(path), line)
-        n_lines += text.count("\n") + (0 if text.endswith("\n") else 1)
-        parts.append(internal[internal != 0])
-    if n_lines == 0:
-        raise UserError("empty corpus: no lines to estimate from", str(path))
-    internal = np.concatenate(parts)
-    words_by_internal = list(table)
-    to_model_arr = np.array(to_model + list(range(4, 4 + len(table) - 5)), np.int64)
-    ids = to_model_arr[internal]
-    # Sentence layout: <s> before each line, a line break becomes </s> <s>, a final </s>.
-    is_break = internal == 1
-    if len(internal) and is_break[-1]:
+            i = int(bad[0])
+            line = first_line + int(np.count_nonzero(b[: start[i]] == 10))
+            raise UserError(f"{self.words[ids[i]]} may not occur inside a sentence", str(path),
+                            line)
+        # the tokens in text order: words and line breaks
+        events = np.flatnonzero(starts_word | (b == 10))
+        is_break = b[events] == 10
+        stream = np.zeros(len(events), np.int64)
+        stream[~is_break] = ids
+        return _layout(stream, is_break)
+
+
+class TextBlocks:
+    """A text file as blocks of flat ``<s> w1 .. wm </s>`` id arrays (int64), read once, in order.
+
+    Whitespace words get ids in order of first occurrence after the specials (vectorised per
+    block of lines: no per-line Python loop); with ``tokenizer`` the ids are its pieces.
+    ``vocab`` is complete once ``blocks()`` is exhausted. Concatenating the blocks gives exactly
+    the whole-file layout: blocks end at line ends.
+    """
+
+    def __init__(self, path: str | os.PathLike, tokenizer=None, block_tokens: int = 1 << 20,
+                 block_bytes: int = 1 << 22):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError("no such file", str(self.path))
+        self.tokenizer = tokenizer
+        self.block_tokens = block_tokens
+        self.block_bytes = block_bytes
+        self._ids = WordIds()
+        if tokenizer is not None:
+            words = [tokenizer.piece(i) for i in range(len(tokenizer))]
+            words[: len(SPECIALS)] = SPECIALS
+            self._vocab: list[str] | None = words
+
+    @property
+    def vocab(self) -> list[str]:
+        if self.tokenizer is not None:
+            return self._vocab
+        return list(self._ids.words)
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        if self.tokenizer is None:
+            yield from self._word_blocks()
+        else:
+            yield from self._piece_blocks()
+
+    def _word_blocks(self) -> Iterator[np.ndarray]:
+        n_lines = 0
+        for first_line, data in _read_blocks(self.path, self.block_bytes):
+            n_lines += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            yield self._ids.block(data, first_line, self.path)
+        if n_lines == 0:
+            raise UserError("empty corpus: no lines to estimate from", str(self.path))
+
+    def _piece_blocks(self) -> Iterator[np.ndarray]:
+        flat = array("q")
+        V = len(self.tokenizer)
+        emitted = False
+        for _, line in read_lines(self.path):
+            flat.append(BOS)
+            flat.extend(i if 0 <= i < V and i not in (PAD, BOS, EOS) else UNK
+                        for i in self.tokenizer.encode(line))
+            flat.append(EOS)
+            if len(flat) >= self.block_tokens:
+                yield np.frombuffer(flat, dtype=np.int64).copy()
+                flat, emitted = array("q"), True
+        if flat:
+            yield np.frombuffer(flat, dtype=np.int64).copy()
+        elif not emitted:
+            raise UserError("empty corpus: no lines to estimate from", str(self.path))
+
+
+def _layout(ids: np.ndarray, is_break: np.ndarray) -> np.ndarray:
+    """Word ids and line breaks of a block of whole lines -> flat ids: <s> before each line, a
+    line break becomes </s> <s>, a final </s>."""
+    if len(ids) and is_break[-1]:
         ids, is_break = ids[:-1], is_break[:-1]
     flat = np.empty(len(ids) + int(is_break.sum()) + 2, np.int64)
     dest = np.arange(len(ids)) + np.cumsum(is_break) + 1
@@ -108,26 +232,11 @@ def _words_to_ids(path: Path) -> tuple[list[str], np.ndarray]:
     flat[dest] = ids
     flat[dest[is_break]] = BOS
     flat[dest[is_break] - 1] = EOS
-    vocab = list(SPECIALS) + words_by_internal[5:]
-    return vocab, flat
+    return flat
 
 
 def read_text_corpus(path: str | os.PathLike, tokenizer=None) -> tuple[list[str], np.ndarray]:
     """(vocabulary, flat token array) of a text file: whitespace words, or ``tokenizer.encode``."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError("no such file", str(path))
-    if tokenizer is None:
-        return _words_to_ids(path)
-    flat = array("q")
-    V = len(tokenizer)
-    words = [tokenizer.piece(i) for i in range(V)]
-    words[: len(SPECIALS)] = SPECIALS
-    for _, line in read_lines(path):
-        flat.append(BOS)
-        flat.extend(i if 0 <= i < V and i not in (PAD, BOS, EOS) else UNK
-                    for i in tokenizer.encode(line))
-        flat.append(EOS)
-    if not flat:
-        raise UserError("empty corpus: no lines to estimate from", str(path))
-    return words, np.frombuffer(flat, dtype=np.int64).copy()
+    reader = TextBlocks(path, tokenizer)
+    blocks = list(reader.blocks())
+    return reader.vocab, np.concatenate(blocks) if blocks else np.zeros(0, np.int64)

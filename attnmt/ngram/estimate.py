@@ -72,11 +72,23 @@ def sentence_positions(tokens: np.ndarray) -> np.ndarray:
     return idx - start
 
 
+def counts_of_counts(adjusted: np.ndarray) -> np.ndarray:
+    """t_0..t_4: how many entries have adjusted count 0, 1, 2, 3, 4 (int64)."""
+    return np.bincount(np.minimum(adjusted, 5), minlength=6)[:5].astype(np.int64)
+
+
 def compute_discounts(
     adjusted: np.ndarray, fallback: tuple[float, float, float] | None, order: int
 ) -> tuple[np.ndarray, bool]:
     """[0, D1, D2, D3+] from counts-of-counts (Chen & Goodman eq. 26) and whether it fell back."""
-    t = np.bincount(np.minimum(adjusted, 5), minlength=6)[:5].astype(np.float64)
+    return discounts_from_counts(counts_of_counts(adjusted), fallback, order)
+
+
+def discounts_from_counts(
+    coc: np.ndarray, fallback: tuple[float, float, float] | None, order: int
+) -> tuple[np.ndarray, bool]:
+    """compute_discounts from the counts of counts t_0..t_4."""
+    t = np.asarray(coc, np.float64)
     ok = bool(t[1] > 0 and t[2] > 0 and t[3] > 0)
     d = np.zeros(4)
     if ok:

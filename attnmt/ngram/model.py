@@ -28,7 +28,6 @@ Sentence-level scores (``score_sentence``, ``full_scores``, ``perplexity``) foll
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -39,12 +38,11 @@ import torch
 from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
 from attnmt.ngram.arpa import read_arpa, write_arpa
+from attnmt.ngram.binary import read_binary, write_binary
 from attnmt.ngram.corpus import flatten, read_text_corpus, split_words
 from attnmt.ngram.estimate import FALLBACK_DISCOUNTS, OrderTable, kneser_ney
 from attnmt.ngram.query import LN10, NEG, QueryIndex
-
-FORMAT = "attnmt-ngram"
-VERSION = 1
+from attnmt.ngram.tables import MemoryTables
 
 __all__ = ["NEG", "NgramLM", "load_ngram"]
 
@@ -119,49 +117,13 @@ class NgramLM:
         write_arpa(path, self.vocab, self.tables)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Our binary format: safetensors of the sorted per-order arrays + a JSON header."""
-        from safetensors.numpy import save_file
-
-        if any("\n" in w for w in self.vocab):
-            raise UserError("a vocabulary entry contains a newline", str(path))
-        arrays = {"vocab": np.frombuffer("\n".join(self.vocab).encode("utf-8"), np.uint8).copy()}
-        for k, t in enumerate(self.tables, start=1):
-            arrays[f"{k}.word"] = t.word.astype(np.int32)
-            arrays[f"{k}.prefix"] = t.prefix.astype(np.int64)
-            arrays[f"{k}.logp"] = t.logp
-            arrays[f"{k}.logb"] = t.logb
-        header = {"format": FORMAT, "version": str(VERSION), "order": str(self.order),
-                  "info": json.dumps(self.info)}
-        tmp = Path(str(path) + ".tmp")
-        save_file(arrays, str(tmp), metadata=header)
-        os.replace(tmp, path)
+        """Our binary format (:mod:`attnmt.ngram.binary`): safetensors of the sorted arrays."""
+        write_binary(path, self.vocab, MemoryTables(self.tables), self.info)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> NgramLM:
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="np") as f:
-                meta = f.metadata() or {}
-                if meta.get("format") != FORMAT:
-                    raise UserError(f"not an {FORMAT} binary file", str(path))
-                if int(meta.get("version", 0)) > VERSION:
-                    raise UserError(f"{FORMAT} version {meta['version']} is newer than this "
-                                    "attnmt understands", str(path))
-                order = int(meta["order"])
-                vocab = bytes(f.get_tensor("vocab")).decode("utf-8").split("\n")
-                tables = [
-                    OrderTable(f.get_tensor(f"{k}.word").astype(np.int64),
-                               f.get_tensor(f"{k}.prefix"), f.get_tensor(f"{k}.logp"),
-                               f.get_tensor(f"{k}.logb"))
-                    for k in range(1, order + 1)
-                ]
-                info = json.loads(meta.get("info", "{}"))
-            _check_tables(vocab, tables, str(path))
-        except UserError:
-            raise
-        except Exception as err:  # noqa: BLE001 - safetensors raises many types on corrupt files
-            raise UserError(f"cannot read n-gram binary ({err})", str(path)) from None
+        vocab, tables, info = read_binary(path)
+        _check_tables(vocab, tables, str(path))
         return cls(vocab, tables, info)
 
     # -- word-level helpers ------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 Layout (per order k, built once from :class:`attnmt.ngram.estimate.OrderTable`):
 
     keys[k]    int64 [n_k]      prefix * V + word, strictly increasing (sorted by context, then word)
-    word[k]    int64 [n_k]
+    word[k]    int32/64 [n_k]   the table's own array (no copy)
     logp[k]    float32 [n_k]    natural-log p(word | prefix)
     logb[k]    float32 [n_k]    natural-log backoff of the entry used as a context
-    offsets[k] int64 [n_{k-1}+1] CSR: entries with prefix i are offsets[k][i] : offsets[k][i+1]
+
+so a loaded model costs 16 bytes per n-gram on top of its tables. The entries with prefix i (a
+CSR row) are keys[k] in [i * V, (i + 1) * V): two binary searches per context and order.
 
 Order 1 is dense over the vocabulary (the entry of word w is w). Finding the j-gram that ends at a
 position is one ``torch.searchsorted`` per order: ending_j[t] = find_j(ending_{j-1}[t-1], x[t]).
@@ -42,9 +44,9 @@ class QueryIndex:
     def __init__(self, tables, vocab_size: int, device: str | torch.device = "cpu"):
         self.V = vocab_size
         self.order = len(tables)
-        self.keys, self.word, self.logp, self.logb, self.offsets = [], [], [], [], []
+        self.keys, self.word, self.logp, self.logb = [], [], [], []
         for k, t in enumerate(tables, start=1):
-            word = torch.from_numpy(t.word).long()
+            word = torch.from_numpy(t.word)
             prefix = torch.from_numpy(t.prefix).long()
             logp = torch.from_numpy(t.logp).double() * LN10
             if k == 1:
@@ -55,17 +57,11 @@ class QueryIndex:
             self.word.append(word)
             self.logp.append(logp.float())
             self.logb.append((torch.from_numpy(t.logb).double() * LN10).float())
-            if k == 1:
-                self.offsets.append(torch.zeros(2, dtype=torch.long))
-            else:
-                n_prev = len(tables[k - 2].word)
-                bounds = torch.arange(n_prev + 1, dtype=torch.long)
-                self.offsets.append(torch.searchsorted(prefix, bounds))
         self.to(device)
 
     def to(self, device: str | torch.device) -> QueryIndex:
         self.device = torch.device(device)
-        for name in ("keys", "word", "logp", "logb", "offsets"):
+        for name in ("keys", "word", "logp", "logb"):
             setattr(self, name, [x.to(self.device) for x in getattr(self, name)])
         return self
 
@@ -112,8 +108,8 @@ class QueryIndex:
         if not bool(ok.all()):
             rows, entries = rows[ok], entries[ok]
             add = add[ok] if add is not None else None
-        start = self.offsets[j][entries]
-        length = self.offsets[j][entries + 1] - start
+        start = torch.searchsorted(self.keys[j], entries * self.V)
+        length = torch.searchsorted(self.keys[j], (entries + 1) * self.V) - start
         total = int(length.sum())
         if total == 0:
             return
