@@ -1,9 +1,8 @@
 """attnmt align --model RUN [--model RUN2 ...] --src F --tgt F --output F [--gold F]
-attnmt aer --alignments F --gold F
 
-``align`` force-decodes each reference and writes, per line, each target word's most-attended
-source word in Pharaoh format (0-based ``i-j``: source word i, target word j). ``aer`` scores such
-a file against gold alignments (``i-j`` sure, ``i?j`` possible links).
+Force-decodes each reference and writes, per line, each target word's most-attended source word in
+Pharaoh format (0-based ``i-j``: source word i, target word j); with --gold also prints AER
+(``attnmt aer`` scores such a file on its own).
 """
 
 from __future__ import annotations
@@ -28,23 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gold", help="also score against these gold alignments and print AER")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default="auto")
-    p.set_defaults(func=run_align)
-
-    q = sub.add_parser("aer", help="alignment error rate, precision and recall against gold")
-    q.add_argument("--alignments", required=True, help="hypothesis alignments (Pharaoh i-j)")
-    q.add_argument("--gold", required=True, help="gold alignments: i-j sure, i?j possible")
-    q.add_argument("--json", action="store_true", help="print one JSON object")
-    q.set_defaults(func=run_aer)
+    p.set_defaults(func=run)
 
 
-def _print(result: dict, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(result))
-    else:
-        print(" ".join(f"{k}={v}" for k, v in result.items()))
-
-
-def run_align(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import read_lines, write_lines
     from attnmt.decode.ensemble import load_members
     from attnmt.eval.alignment import aer, force_align, pharaoh, read_alignments
@@ -63,12 +49,4 @@ def run_align(args: argparse.Namespace) -> int:
     if gold is not None:
         summary.update(aer(result.links, gold).as_dict())
     print("attnmt: align " + json.dumps(summary), file=sys.stderr)
-    return 0
-
-
-def run_aer(args: argparse.Namespace) -> int:
-    from attnmt.eval.alignment import aer, read_alignments
-
-    hyp = [possible for _, possible in read_alignments(args.alignments)]
-    _print(aer(hyp, read_alignments(args.gold)).as_dict(), args.json)
     return 0

@@ -5,8 +5,8 @@
     attnmt analyse heatmap --model RUN --input "sentence" --out F.png             (Figure 7)
 
 Each analysis is one sub-command: a function ``_add_<name>(sub)`` that adds its parser and sets
-``analyse_run`` to a ``run_<name>(args) -> int``. To add one, write those two functions and append
-the adder to :data:`SUBCOMMANDS`.
+``func`` to a ``run_<name>(args) -> int`` (attnmt/cli/subcommands.py). To add one, write those two
+functions and append the adder to :data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from attnmt.cli.subcommands import add_group
 from attnmt.errors import UserError
 
 
@@ -34,7 +35,7 @@ def _add_lengths(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hyp", required=True, action="append", help="system output (repeatable)")
     p.add_argument("--name", action="append", help="label of each --hyp (default: file name)")
     p.add_argument("--out", required=True, metavar="DIR", help="writes lengths.{csv,md,png} here")
-    p.set_defaults(analyse_run=run_lengths)
+    p.set_defaults(func=run_lengths)
 
 
 def run_lengths(args: argparse.Namespace) -> int:
@@ -70,7 +71,7 @@ def _add_curves(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", action="append", help="legend label of each --run (default: its name)")
     p.add_argument("--out", required=True, help="PNG file")
     p.add_argument("--csv", help="also write the points as CSV (run,kind,step,ppl)")
-    p.set_defaults(analyse_run=run_curves)
+    p.set_defaults(func=run_curves)
 
 
 def run_curves(args: argparse.Namespace) -> int:
@@ -98,7 +99,7 @@ def _add_heatmap(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="PNG file")
     p.add_argument("--csv", help="also write the matrix as CSV (rows: target pieces)")
     p.add_argument("--device", default="auto")
-    p.set_defaults(analyse_run=run_heatmap)
+    p.set_defaults(func=run_heatmap)
 
 
 def run_heatmap(args: argparse.Namespace) -> int:
@@ -144,7 +145,7 @@ def _add_windows(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", required=True, help="the sentence (source, LM text or text to classify)")
     p.add_argument("--target", help="translation runs: force this output instead of greedy decoding")
     p.add_argument("--out", required=True, metavar="DIR", help="writes <kind>_layerN.png and windows.json")
-    p.set_defaults(analyse_run=run_windows)
+    p.set_defaults(func=run_windows)
 
 
 def run_windows(args: argparse.Namespace) -> int:
@@ -164,7 +165,7 @@ def _add_window_stats(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="translation runs: force these outputs (line by line) instead of greedy decoding")
     p.add_argument("--limit", type=int, default=200, help="use the first N non-empty lines (default 200)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(analyse_run=run_window_stats)
+    p.set_defaults(func=run_window_stats)
 
 
 def run_window_stats(args: argparse.Namespace) -> int:
@@ -199,7 +200,7 @@ def _add_classify(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--group-column", type=int, default=2,
                    help="0-based TSV column to group by (agreement data: 2 = attractors)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(analyse_run=run_classify)
+    p.set_defaults(func=run_classify)
 
 
 def run_classify(args: argparse.Namespace) -> int:
@@ -221,14 +222,5 @@ SUBCOMMANDS = [_add_lengths, _add_curves, _add_heatmap, _add_windows, _add_windo
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("analyse", help="analyses: BLEU by length, learning curves, heat maps",
-                              description="The paper's analyses as tables and PNG figures.")
-    sub = p.add_subparsers(dest="analyse_command", metavar="ANALYSIS")
-    sub.required = True
-    for add in SUBCOMMANDS:
-        add(sub)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    return args.analyse_run(args)
+    add_group(subparsers, "analyse", SUBCOMMANDS, help="analyses: BLEU by length, learning curves, heat maps",
+              description="The paper's analyses as tables and PNG figures.", metavar="ANALYSIS")

@@ -1,8 +1,8 @@
 """``attnmt data <corpus>``: build corpora.
 
 Each corpus is one sub-command: a function ``_add_<name>(sub)`` that adds its parser and sets
-``data_run`` to a ``run_<name>(args) -> int``. To add a corpus, write those two functions and
-append the adder to :data:`SUBCOMMANDS`.
+``func`` to a ``run_<name>(args) -> int`` (attnmt/cli/subcommands.py). To add a corpus, write
+those two functions and append the adder to :data:`SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+
+from attnmt.cli.subcommands import add_group
 
 
 def _sword_args(p: argparse.ArgumentParser) -> None:
@@ -41,7 +43,7 @@ def _add_bible(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--english", choices=["web", "kjv"], default="web",
                    help="English side: WEB-derived (default) or King James")
     _sword_args(p)
-    p.set_defaults(data_run=run_bible)
+    p.set_defaults(func=run_bible)
 
 
 def run_bible(args: argparse.Namespace) -> int:
@@ -81,7 +83,7 @@ def _add_synthetic(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adjectives", type=int, default=40)
     p.add_argument("--verbs", type=int, default=40)
     p.add_argument("--names", type=int, default=600, help="proper names (Zipf-distributed, copied)")
-    p.set_defaults(data_run=run_synthetic)
+    p.set_defaults(func=run_synthetic)
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
@@ -119,7 +121,7 @@ def _add_domains(sub: argparse._SubParsersAction) -> None:
                    help="SWORD module reader (default: mod2imp from libsword-utils)")
     p.add_argument("--no-install", action="store_true",
                    help="never apt-get install missing tools; fail instead")
-    p.set_defaults(data_run=run_domains)
+    p.set_defaults(func=run_domains)
 
 
 def run_domains(args: argparse.Namespace) -> int:
@@ -159,7 +161,7 @@ def _add_agreement(sub: argparse._SubParsersAction) -> None:
                    help="dev and test sentences per number of attractors (0..--max-modifiers)")
     p.add_argument("--max-modifiers", type=int, default=4, help="most intervening nouns")
     p.add_argument("--seed", type=int, default=1)
-    p.set_defaults(data_run=run_agreement)
+    p.set_defaults(func=run_agreement)
 
 
 def run_agreement(args: argparse.Namespace) -> int:
@@ -177,14 +179,5 @@ SUBCOMMANDS = [_add_bible, _add_synthetic, _add_domains, _add_agreement]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("data", help="build corpora (attnmt data CORPUS --help)",
-                              description="Build corpora from public sources.")
-    sub = p.add_subparsers(dest="data_command", metavar="CORPUS")
-    sub.required = True
-    for add in SUBCOMMANDS:
-        add(sub)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    return args.data_run(args)
+    add_group(subparsers, "data", SUBCOMMANDS, help="build corpora (attnmt data CORPUS --help)",
+              description="Build corpora from public sources.", metavar="CORPUS")

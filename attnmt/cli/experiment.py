@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from attnmt.cli.subcommands import add_group
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("experiment", help="reproduce a paper's experiment (luong: Table 1 rows)")
-    exp = p.add_subparsers(dest="experiment", metavar="EXPERIMENT")
-    exp.required = True
+
+def _add_luong(exp: argparse._SubParsersAction) -> None:
     q = exp.add_parser("luong", help="Luong et al. 2015 Table 1: base, +reverse, +dropout, "
                        "+global (location), +feed, local-p (general), +unk replace, ensemble")
     q.add_argument("--train", required=True, help="training corpus prefix (PREFIX.SRC / PREFIX.TGT) or .tsv")
@@ -34,17 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--rows", help="comma-separated subset of rows (default: all)")
     q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for every row, e.g. --set train.optimizer=sgd")
-    q.set_defaults(func=run)
+    q.set_defaults(func=run_luong)
 
 
-def run(args: argparse.Namespace) -> int:
-    from attnmt.eval.experiment import ROW_NAMES, Settings, run_luong
+def register(sub: argparse._SubParsersAction) -> None:
+    add_group(sub, "experiment", [_add_luong], metavar="EXPERIMENT",
+              help="reproduce a paper's experiment (luong: Table 1 rows)")
 
-    settings = Settings(
+
+def run_luong(args: argparse.Namespace) -> int:
+    from attnmt.eval import experiment
+
+    settings = experiment.Settings(
         train=args.train, dev=args.dev, test=args.test, src=args.src, tgt=args.tgt, out=Path(args.out),
         steps=args.steps, layers=args.layers, hidden=args.hidden, vocab=args.vocab,
         batch_size=args.batch_size, beam=args.beam, threads=args.threads, test_lines=args.test_lines,
-        dictionary=args.dict, rows=args.rows.split(",") if args.rows else list(ROW_NAMES), extra=args.set,
+        dictionary=args.dict, rows=args.rows.split(",") if args.rows else list(experiment.ROW_NAMES), extra=args.set,
     )
-    print(run_luong(settings), end="")
+    print(experiment.run_luong(settings), end="")
     return 0

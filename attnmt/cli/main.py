@@ -1,8 +1,10 @@
 """The ``attnmt`` command line.
 
-Each sub-command lives in its own module under ``attnmt/cli/`` and exposes
-``register(subparsers)``, which adds its parser and sets ``func`` to a callable taking the parsed
-arguments and returning an exit status. Adding a command = adding a module name to COMMANDS.
+Each command lives in its own module under ``attnmt/cli/`` and exposes ``register(subparsers)``,
+which adds its parser and sets ``func`` to a callable taking the parsed arguments and returning an
+exit status. Commands with sub-commands (data, ngram, analyse, experiment) set ``func`` on each
+sub-command's parser (attnmt/cli/subcommands.py). Adding a command = adding a module name to
+COMMANDS. Commands parse arguments and print; the work is done by the library.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ COMMANDS = [
     "ngram",
     "serve",
     "align",
+    "aer",
     "average",
     "analyse",
     "experiment",

@@ -11,14 +11,11 @@ import os
 import sys
 import time
 
+from attnmt.cli.subcommands import add_group
 from attnmt.errors import UserError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ngram", help="modified Kneser-Ney n-gram LMs: build, perplexity, query")
-    cmds = p.add_subparsers(dest="ngram_command", metavar="ACTION")
-    cmds.required = True
-
+def _add_build(cmds: argparse._SubParsersAction) -> None:
     b = cmds.add_parser("build", help="estimate an interpolated modified-KN model from text")
     b.add_argument("--order", type=int, default=5, help="n-gram order (default 5)")
     b.add_argument("--input", required=True, help="training text, one sentence per line")
@@ -41,17 +38,26 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="no progress bars (tokens/s) on stderr; they are only shown on a terminal")
     b.set_defaults(func=run_build)
 
+
+def _add_ppl(cmds: argparse._SubParsersAction) -> None:
     q = cmds.add_parser("ppl", help="perplexity of a model on a text")
     q.add_argument("--model", required=True, help="ARPA or binary n-gram model")
     q.add_argument("--input", required=True, help="text, one sentence per line")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.set_defaults(func=run_ppl)
 
+
+def _add_query(cmds: argparse._SubParsersAction) -> None:
     s = cmds.add_parser("query", help="score sentences read from stdin")
     s.add_argument("--model", required=True, help="ARPA or binary n-gram model")
     s.add_argument("--no-bos", action="store_true", help="do not start from the <s> context")
     s.add_argument("--no-eos", action="store_true", help="do not score </s>")
     s.set_defaults(func=run_query)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    add_group(sub, "ngram", [_add_build, _add_ppl, _add_query], metavar="ACTION",
+              help="modified Kneser-Ney n-gram LMs: build, perplexity, query")
 
 
 def run_build(args: argparse.Namespace) -> int:
