@@ -11,14 +11,16 @@ errors that name the file and line. ``--set section.key=value`` overrides from t
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from attnmt.errors import UserError
+from attnmt.errors import UserError, key_error
 
 
 @dataclass
@@ -141,6 +143,84 @@ class Config:
         return dataclasses.asdict(self)
 
 
+# Choices that are settings of one module each; the attention choices (model.attention,
+# model.score, the Transformer variants and their options) are read from attnmt/attention.
+CHOICES = {
+    "data.tokenizer": ("word", "bpe", "unigram"),
+    "model.type": ("lstm", "transformer"),
+    "model.norm": ("pre", "post"),
+    "model.positions": ("sinusoidal", "learned"),
+    "train.optimizer": ("sgd", "adam"),
+    "train.batch_by": ("sents", "tokens"),
+    "train.loss_norm": ("sents", "tokens"),
+    "train.schedule": ("rsqrt", "constant", "linear"),
+    "ngram.mode": ("residual", "interp"),
+}
+# the Transformer attention kinds a task's model has
+ATTENTION_KINDS = {
+    "translate": ("enc_self_attention", "dec_self_attention", "cross_attention"),
+    "lm": ("dec_self_attention",),
+    "classify": ("enc_self_attention",),
+}
+
+Where = Callable[[str], "tuple[str | None, int | None]"]
+
+
+def validate(cfg: Config, where: Where | None = None) -> Config:
+    """Check every choice and bound of ``cfg``. A UserError names the key and, through ``where``
+    (key -> (file, line) it was set in), the file and line; returns ``cfg``."""
+    from attnmt.attention import ATTENTIONS, SCORES
+    from attnmt.attention.local_attention import COMPOSITIONS
+    from attnmt.attention.multihead import VARIANTS, unit_of
+
+    def fail(key: str, message: str) -> None:
+        raise UserError(f"{key} {message}", *(where(key) if where else (None, None)))
+
+    def value(key: str) -> Any:
+        section, name = key.split(".")
+        return getattr(getattr(cfg, section), name)
+
+    m = cfg.model
+    choices = {**CHOICES, "model.attention": ATTENTIONS, "model.score": SCORES,
+               "model.local_composition": COMPOSITIONS,
+               **{f"model.{kind}": VARIANTS for kind in ATTENTION_KINDS["translate"]}}
+    for key, allowed in choices.items():
+        if value(key) not in allowed:
+            fail(key, f"must be one of {', '.join(allowed)}, not {value(key)!r}")
+    for key in ("train.batch_size", "train.accumulate", "model.hidden", "model.layers"):
+        if value(key) < 1:
+            fail(key, f"must be at least 1, got {value(key)}")
+    if cfg.task == "classify" and m.type != "transformer":
+        fail("model.type", "must be transformer for task: classify (an encoder classifier)")
+    if m.type == "lstm" and m.attention in ("local-m", "local-p"):
+        if m.score == "location":
+            fail("model.score", f"location is a global-attention score; {m.attention} needs a content score")
+        if m.window < 0:
+            fail("model.window", f"must be >= 0, got {m.window}")
+    if m.type == "transformer":
+        if m.heads < 1 or m.hidden % m.heads:
+            fail("model.hidden", f"({m.hidden}) must be a multiple of model.heads ({m.heads})")
+        for kind in ATTENTION_KINDS[cfg.task]:
+            unit_of(getattr(m, kind)).check(m, kind, fail)
+    check_ngram(cfg.ngram.mode, cfg.ngram.alpha, cfg.ngram.anneal_steps, cfg.ngram.lam, fail)
+    if cfg.ngram.order < 1:
+        fail("ngram.order", f"must be >= 1, got {cfg.ngram.order}")
+    return cfg
+
+
+def check_ngram(mode: str, alpha: float, anneal_steps: int, lam: float,
+                fail: Callable[[str, str], None] = key_error) -> None:
+    """NgramRes settings (attnmt/ngram/residual.py), from a config or from code."""
+    if mode not in CHOICES["ngram.mode"]:
+        fail("ngram.mode", f"must be one of {', '.join(CHOICES['ngram.mode'])}, not {mode!r}")
+    if not math.isfinite(alpha) or alpha < 0:
+        fail("ngram.alpha", f"must be a finite number >= 0, got {alpha}")
+    if anneal_steps < 0:
+        fail("ngram.anneal_steps", f"must be >= 0, got {anneal_steps}")
+    if not 0.0 <= lam <= 1.0:
+        fail("ngram.lam", f"(λ) must lie in [0, 1], got {lam}")
+
+
 def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     """Map each (section, key) path of a YAML mapping to its 1-based line number."""
     lines: dict[tuple[str, ...], int] = {}
@@ -239,8 +319,16 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or "malformed YAML"
         raise UserError(f"malformed YAML: {problem}", path, mark.line + 1 if mark else None) from None
-    cfg = from_dict(raw, path, text)
-    return apply_overrides(cfg, overrides or [])
+    cfg = apply_overrides(from_dict(raw, path, text), overrides or [])
+    lines = _key_lines(text)
+    overridden = {item.partition("=")[0].strip() for item in overrides or []}
+
+    def where(key: str) -> tuple[str | None, int | None]:
+        if key in overridden:
+            return "--set", None
+        return path, lines.get(tuple(key.split(".")))
+
+    return validate(cfg, where)
 
 
 def apply_overrides(cfg: Config, overrides: list[str]) -> Config:

@@ -16,3 +16,9 @@ class UserError(Exception):
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
         super().__init__(where + message)
+
+
+def key_error(key: str, message: str) -> None:
+    """Raise ``UserError("KEY MESSAGE")``: how configuration checks report a bad setting when no
+    file and line are known (config.validate passes its own reporter that adds them)."""
+    raise UserError(f"{key} {message}")

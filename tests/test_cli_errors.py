@@ -79,3 +79,24 @@ def test_real_process_exit_status_and_single_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"attnmt: error: {cfg}:1: unknown section 'bogus' (expected task, data, model")
+
+
+def test_misspelt_choices_name_file_line_and_key(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    out = ["--out", str(tmp_path / "r")]
+    cfg.write_text("data:\n  train: x\nmodel:\n  attention: globl\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:4: model.attention must be one of", "'globl'")
+    cfg.write_text("data:\n  train: x\nmodel:\n  type: lstm\n  score: dott\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:5: model.score", "'dott'")
+    _fails(capsys, ["train", str(cfg), *out, "--set", "model.score=location", "--set", "model.attention=local-p"],
+           "--set: model.score", "global-attention")
+    cfg.write_text("data:\n  train: x\nmodel:\n  type: transformer\n  enc_self_attention: window-ad\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:5: model.enc_self_attention", "window-add-seg")
+    cfg.write_text("data:\n  train: x\nmodel:\n  type: transformer\n  cross_attention: relative\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:5: model.cross_attention", "self-attention only")
+    cfg.write_text("data:\n  train: x\nmodel:\n  type: transformer\n  cross_attention: window-add\n"
+                   "  window_mask: wide\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:6: model.window_mask", "'wide'")
+    cfg.write_text("data:\n  train: x\ntrain:\n  optimizer: adamw\nngram:\n  lam: 2\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:4: train.optimizer", "sgd, adam")
+    assert not (tmp_path / "r").exists()  # nothing written before the config is valid

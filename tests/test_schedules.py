@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from attnmt.config import Config, apply_overrides
+from attnmt.config import Config, apply_overrides, validate
 from attnmt.errors import UserError
-from attnmt.train.training import learning_rate, validate_config
+from attnmt.train.training import learning_rate
 
 
 def _cfg(schedule: str) -> Config:
@@ -32,4 +32,4 @@ def test_after_warmup():
 
 def test_unknown_schedule_is_a_user_error():
     with pytest.raises(UserError, match="train.schedule"):
-        validate_config(_cfg("cosine"))
+        validate(_cfg("cosine"))

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnmt.attention.variant import Variant
+
 
 class GaussianLocalness(nn.Module):
     def __init__(self, heads: int, head_dim: int):
@@ -39,3 +41,17 @@ class GaussianLocalness(nn.Module):
         centre, sigma = self.centre_and_sigma(q, visible)
         j = torch.arange(n_keys, device=q.device, dtype=q.dtype)
         return -((j - centre) ** 2) / (2.0 * sigma**2)
+
+
+class Localness(Variant):
+    """The variant: the scores gain G (parameters: attn.localness)."""
+
+    names = ("localness",)
+
+    def build(self, attn) -> None:
+        attn.localness = GaussianLocalness(attn.heads, attn.head_dim)
+
+    def bias(self, attn, q, n_keys, allowed, q_pos, ctx):
+        B, _, T, _ = q.shape
+        visible = allowed.expand(B, 1, T, n_keys).sum(-1, keepdim=True).to(q.dtype)  # I
+        return attn.localness.bias(q, visible, n_keys)

@@ -15,6 +15,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnmt.attention.variant import Variant
+from attnmt.errors import key_error
+
 
 class RelativePositions(nn.Module):
     def __init__(self, clip: int, head_dim: int):
@@ -42,3 +45,30 @@ class RelativePositions(nn.Module):
         index = buckets.unsqueeze(0).unsqueeze(0).expand(B, H, -1, -1)
         mass = attn.new_zeros(B, H, T, 2 * self.clip + 1).scatter_add_(-1, index, attn)
         return mass @ self.value.weight
+
+
+class Relative(Variant):
+    """The variant: e_ij gains q_i a^K_ijᵀ/√d, z_i gains Σ_j α_ij a^V_ij (parameters: attn.relative)."""
+
+    names = ("relative",)
+    self_only = True
+
+    def __init__(self, name: str = "relative", window=None, relative_clip: int = 16):
+        super().__init__(name)
+        self.clip = relative_clip
+
+    @classmethod
+    def check(cls, cfg, kind: str, fail=key_error) -> None:
+        super().check(cfg, kind, fail)
+        if cfg.relative_clip < 1:
+            fail("model.relative_clip", f"must be at least 1, got {cfg.relative_clip}")
+
+    def build(self, attn) -> None:
+        attn.relative = RelativePositions(self.clip, attn.head_dim)
+
+    def bias(self, attn, q, n_keys, allowed, q_pos, ctx):
+        ctx["buckets"] = attn.relative.buckets(q_pos, n_keys)
+        return attn.relative.score_bias(q, ctx["buckets"]) * attn.scale
+
+    def values(self, attn, weights, ctx):
+        return attn.relative.value_term(weights, ctx["buckets"])

@@ -47,7 +47,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnmt.attention.variant import Variant
+from attnmt.errors import key_error
+
 MASKS = ("exact", "union", "sum")
+ABLATIONS = ("full",)  # window_mask values that keep the combiner but drop the window (M ≡ 1)
 
 
 @dataclass
@@ -231,3 +235,57 @@ def window_boundaries(phi_l: torch.Tensor, phi_r: torch.Tensor) -> tuple[torch.T
     """Hard boundaries (min, max of argmax l and r) for display: (…, T) long each."""
     lft, rgt = phi_l.argmax(-1), phi_r.argmax(-1)
     return torch.minimum(lft, rgt), torch.maximum(lft, rgt)
+
+
+def window_options(variant: str, segment: int = 3, mask: str = "exact", renorm: bool = False,
+                   temperature: float = 0.0) -> WindowOptions | None:
+    """The WindowOptions a variant name stands for (None for non-window variants)."""
+    if variant not in Window.names:
+        return None
+    combine = variant.split("-")[1]
+    return WindowOptions(combine, segment if variant.endswith("-seg") else 0, mask, renorm, temperature)
+
+
+class Window(Variant):
+    """The variant family window-{mul,add}[-seg]: boundary pointers (attn.pointers) make the soft
+    mask M, which the combiner applies to the weights (mul) or to separate local scores
+    Q_L K_Lᵀ/√d (add; attn.local_q, attn.local_k, cached key "lk")."""
+
+    names = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
+
+    def __init__(self, name: str = "window-add", window: WindowOptions | None = None, relative_clip: int = 16):
+        super().__init__(name)
+        self.options = window or window_options(name)
+
+    @classmethod
+    def check(cls, cfg, kind: str, fail=key_error) -> None:
+        super().check(cfg, kind, fail)
+        if cfg.window_mask not in MASKS + ABLATIONS:
+            fail("model.window_mask", f"must be one of {', '.join(MASKS + ABLATIONS)}, not {cfg.window_mask!r}")
+        if cfg.window_segment < 1:
+            fail("model.window_segment", f"must be at least 1, got {cfg.window_segment}")
+
+    def build(self, attn) -> None:
+        attn.pointers = BoundaryPointers(attn.heads, attn.head_dim, self.options.temperature)
+        if self.options.combine == "add":
+            attn.local_q = nn.Linear(attn.d_model, attn.d_model)  # Q_L
+            attn.local_k = nn.Linear(attn.d_model, attn.d_model)  # K_L
+
+    def keys(self, attn, x):
+        if self.options.combine != "add":
+            return {}
+        return {"lk": attn._split(attn.local_k(x))}  # K_L (the pointers use the attention's own keys)
+
+    def weights(self, attn, scores, q, x, keys, allowed, internals):
+        w = self.options
+        if w.mask == "full":  # ablation: the combiner with M ≡ 1, no window (pointers unused)
+            mask = torch.ones_like(scores)
+        else:
+            phi_l, phi_r = attn.pointers(q, keys["k"], allowed)  # (B, H, T, S) each
+            mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
+            if internals is not None:
+                internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)
+        if w.combine == "mul":
+            return combine_multiplicative(scores, mask, allowed, w.renorm)
+        local = (attn._split(attn.local_q(x)) @ keys["lk"].transpose(-1, -2)) * attn.scale
+        return combine_additive(scores, local, mask, allowed)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from attnmt.config import Config
+from attnmt.config import Config, validate
 from attnmt.errors import UserError
 
 
 def build_model(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
+    validate(cfg)  # configs made in code get the checks load_config gives files
     kind = cfg.model.type
     if cfg.task == "translate" and kind == "lstm":
         from attnmt.models.seq2seq import Seq2Seq

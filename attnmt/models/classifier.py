@@ -21,7 +21,7 @@ from torch import nn
 from attnmt.config import ModelConfig
 from attnmt.data.batching import iterate_batches, make_batches
 from attnmt.models.common import lengths_to_mask
-from attnmt.models.transformer import Embedder, Stack, check_config
+from attnmt.models.transformer import Embedder, Stack
 
 
 class TransformerClassifier(nn.Module):
@@ -29,7 +29,6 @@ class TransformerClassifier(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab: int, classes: int):
         super().__init__()
-        check_config(cfg, ("enc_self_attention",))
         self.cfg = cfg
         self.embed = Embedder(vocab, cfg)
         self.encoder = Stack(cfg, "enc_self_attention", cross=False)

@@ -9,7 +9,7 @@ Sub-layers: self-attention, cross-attention (decoder of the encoder–decoder), 
 feed-forward W_2 ReLU(W_1 x). Inputs: √d · embedding + positions (sinusoidal or learned).
 
 Each attention kind (encoder self, decoder self, cross) picks its variant from ModelConfig
-(``enc_self_attention``, ``dec_self_attention``, ``cross_attention``); ``attention_layers: N``
+(``enc_self_attention``, ``dec_self_attention``, ``cross_attention``; checked by config.validate); ``attention_layers: N``
 applies the variants to the lowest N layers of each stack only (0 = every layer); the layers
 above use standard attention. See attnmt/attention/multihead.py for the variants.
 
@@ -29,37 +29,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.attention.multihead import VARIANTS, MultiHeadAttention, window_options
+from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.models.common import lengths_to_mask
-
-NORMS = ("pre", "post")
-POSITIONS = ("sinusoidal", "learned")
-
-
-def check_config(cfg: ModelConfig, kinds: tuple[str, ...]) -> None:
-    """User errors for Transformer settings; ``kinds`` are the attention kinds the model has."""
-    for kind in kinds:
-        value = getattr(cfg, kind)
-        if value not in VARIANTS:
-            raise UserError(f"model.{kind} must be one of {', '.join(VARIANTS)}, not {value!r}")
-    if "cross_attention" in kinds and cfg.cross_attention == "relative":
-        raise UserError("model.cross_attention: relative positions (Shaw et al.) exist for self-attention only")
-    if cfg.norm not in NORMS:
-        raise UserError(f"model.norm must be pre or post, not {cfg.norm!r}")
-    if cfg.positions not in POSITIONS:
-        raise UserError(f"model.positions must be sinusoidal or learned, not {cfg.positions!r}")
-    if cfg.window_mask not in ("exact", "union", "sum", "full"):
-        raise UserError(f"model.window_mask must be exact, union, sum or full, not {cfg.window_mask!r}")
-    if cfg.heads < 1 or cfg.hidden % cfg.heads:
-        raise UserError(f"model.hidden ({cfg.hidden}) must be a multiple of model.heads ({cfg.heads})")
-    if cfg.window_segment < 1:
-        raise UserError("model.window_segment must be at least 1")
-    if cfg.relative_clip < 1:
-        raise UserError("model.relative_clip must be at least 1")
-
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...): (n, d)."""
@@ -232,7 +206,6 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int):
         super().__init__()
-        check_config(cfg, ("enc_self_attention", "dec_self_attention", "cross_attention"))
         if cfg.share_embeddings and src_vocab != tgt_vocab:
             raise UserError(f"model.share_embeddings needs equal vocabularies, got {src_vocab} and {tgt_vocab}")
         self.cfg = cfg
@@ -280,7 +253,6 @@ class TransformerLM(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab: int):
         super().__init__()
-        check_config(cfg, ("dec_self_attention",))
         self.cfg = cfg
         self.embed = Embedder(vocab, cfg)
         self.decoder = Stack(cfg, "dec_self_attention", cross=False)

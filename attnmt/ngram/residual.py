@@ -38,11 +38,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnmt.config import Config, NgramConfig
+from attnmt.config import Config, NgramConfig, check_ngram
 from attnmt.errors import UserError
 from attnmt.ngram.model import NgramLM, load_ngram
 
-MODES = ("residual", "interp")
 TRAIN_PATH = "train"  # ngram.path value: estimate from the training targets
 TRAIN_FILE = "ngram.train.bin"
 
@@ -87,7 +86,7 @@ class NgramResidual(nn.Module):
         step_fn: Callable[[], int] | None = None,
     ):
         super().__init__()
-        check_settings(mode, alpha, anneal_steps, lam)
+        check_ngram(mode, alpha, anneal_steps, lam)
         self.model = model
         self.ngram = ngram  # a plain object: not a parameter, not in state_dict
         self.base_alpha, self.anneal_steps, self.mode, self.lam = alpha, anneal_steps, mode, lam
@@ -105,7 +104,7 @@ class NgramResidual(nn.Module):
 
     def set_alpha(self, alpha: float) -> None:
         """A fixed α from now on (annealing off)."""
-        check_settings(self.mode, alpha, 0, self.lam)
+        check_ngram(self.mode, alpha, 0, self.lam)
         self.base_alpha, self.anneal_steps = alpha, 0
 
     def _active(self) -> bool:
@@ -161,17 +160,6 @@ def unwrap(model: nn.Module) -> nn.Module:
     return model.model if isinstance(model, NgramResidual) else model
 
 
-def check_settings(mode: str, alpha: float, anneal_steps: int, lam: float) -> None:
-    if mode not in MODES:
-        raise UserError(f"ngram.mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if not math.isfinite(alpha) or alpha < 0:
-        raise UserError(f"ngram.alpha must be a finite number >= 0, got {alpha}")
-    if anneal_steps < 0:
-        raise UserError(f"ngram.anneal_steps must be >= 0, got {anneal_steps}")
-    if not 0.0 <= lam <= 1.0:
-        raise UserError(f"ngram.lam (λ) must lie in [0, 1], got {lam}")
-
-
 def check_vocab(ngram: NgramLM, tgt_tok, where: str) -> None:
     """The n-gram ids must be the neural target vocabulary's ids (``ngram build --vocab-from``)."""
     n = len(tgt_tok)
@@ -223,12 +211,9 @@ def attach_ngram(
     ng: NgramConfig = cfg.ngram
     if not ng.path:
         return model
-    check_settings(ng.mode, ng.alpha, ng.anneal_steps, ng.lam)
     path = resolve_path(ng.path, run_dir)
     if ng.path == TRAIN_PATH and not path.exists():
         if train_tgt is not None:
-            if ng.order < 1:
-                raise UserError(f"ngram.order must be >= 1, got {ng.order}")
             build_train_ngram(train_tgt, tgt_tok, ng.order, path)
         sync()
     lm = load_ngram(path)

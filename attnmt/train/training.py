@@ -415,27 +415,7 @@ def run_training(config_path: str | None, run_dir: str, overrides: list[str], re
         raise UserError("a CONFIG file is needed to start a new run")
     else:
         cfg = load_config(config_path, overrides)
-    validate_config(cfg)
     trainer = Trainer(cfg, run, resume=resume)
     if resume and has_ckpt and overrides and trainer.dist.main:
         save_config(cfg, saved)  # e.g. a longer budget given on resume
     return trainer.train()
-
-
-def validate_config(cfg: Config) -> None:
-    t, m = cfg.train, cfg.model
-    choices = {
-        "train.optimizer": (t.optimizer, ("sgd", "adam")),
-        "train.batch_by": (t.batch_by, ("sents", "tokens")),
-        "train.loss_norm": (t.loss_norm, ("sents", "tokens")),
-        "train.schedule": (t.schedule, ("rsqrt", "constant", "linear")),
-        "data.tokenizer": (cfg.data.tokenizer, ("word", "bpe", "unigram")),
-        "model.local_composition": (m.local_composition, ("paper", "inside")),
-    }
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise UserError(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
-    for key, value in (("train.batch_size", t.batch_size), ("model.hidden", m.hidden),
-                       ("model.layers", m.layers), ("train.accumulate", t.accumulate)):
-        if value < 1:
-            raise UserError(f"{key} must be at least 1, got {value}")

@@ -1,0 +1,61 @@
+"""The interface of a Transformer attention variant, and the standard attention it defaults to.
+
+Multi-head attention computes, per head, A = weights(QKᵀ/√d + B) and out = A V + extra. A variant
+is one small class that says how it changes that, in up to five places (each a method whose
+default leaves attention as it is):
+
+    build(attn)                        add its parameters to the MultiHeadAttention module ``attn``
+    keys(attn, x)                      extra key-side tensors to cache with K and V, (B, H, S, ·)
+    bias(attn, q, S, allowed, q_pos, ctx)   B, added to the scaled scores (None: no bias)
+    weights(attn, scores, q, x, keys, allowed, internals)   the weights from the biased scores;
+                                       default softmax over the allowed keys
+    values(attn, weights, ctx)         added to A V (None: nothing)
+
+``ctx`` is a dict a variant may use to pass what ``bias`` computed on to ``values``. A variant
+also declares ``self_only`` (it needs query and key positions of one sequence) and checks its
+options in ``check`` (called by config validation with the attention kind it was chosen for and a ``fail(key, message)``).
+``attnmt/attention/multihead.py`` lists the variants; see ARCHITECTURE.md for adding one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from attnmt.errors import key_error
+
+
+class Variant:
+    """Standard scaled dot-product attention: softmax(QKᵀ/√d) V (Vaswani et al. 2017)."""
+
+    names: tuple[str, ...] = ("standard",)  # config values this class implements
+    self_only = False
+
+    def __init__(self, name: str = "standard", window: Any = None, relative_clip: int = 16):
+        self.name = name  # options: ``window`` (WindowOptions) and ``relative_clip`` for the variants that use them
+
+    @classmethod
+    def check(cls, cfg: Any, kind: str, fail: Callable[[str, str], None] = key_error) -> None:
+        """Report settings of ``cfg`` (a ModelConfig) this variant cannot use as ``model.<kind>``
+        with ``fail(key, message)`` (config validation adds the file and line)."""
+        if cls.self_only and kind == "cross_attention":
+            fail("model.cross_attention", f"{cfg.cross_attention!r} exists for self-attention only")
+
+    def build(self, attn: torch.nn.Module) -> None:
+        pass
+
+    def keys(self, attn: torch.nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
+
+    def bias(self, attn, q: torch.Tensor, n_keys: int, allowed: torch.Tensor, q_pos: torch.Tensor,
+             ctx: dict) -> torch.Tensor | None:
+        return None
+
+    def weights(self, attn, scores: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
+                keys: dict[str, torch.Tensor], allowed: torch.Tensor, internals: dict | None) -> torch.Tensor:
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+    def values(self, attn, weights: torch.Tensor, ctx: dict) -> torch.Tensor | None:
+        return None
