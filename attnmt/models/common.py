@@ -1,10 +1,13 @@
-"""Small helpers shared by the models and the search."""
+"""Small helpers shared by the models, the trainer and the search."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+from attnmt.data.vocab import PAD
 
 
 def select_batch(obj: Any, index: torch.Tensor) -> Any:
@@ -36,3 +39,31 @@ def init_uniform_(module: torch.nn.Module, scale: float) -> None:
     """The paper's initialisation: every parameter uniform in [-scale, scale]."""
     for p in module.parameters():
         torch.nn.init.uniform_(p, -scale, scale)
+
+
+# -- the training objective ---------------------------------------------------------------------
+# Generation models are trained on the cross-entropy of their target tokens. A model class that
+# is trained otherwise defines ``loss(logits, batch, smoothing)`` (the summed loss of its forward
+# output) and ``units(batch)`` (how many things that sum is over); the classifier does. Looked up
+# on the class, so that wrappers (NgramRes) keep their own forward.
+def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+    """Summed cross-entropy over non-padding target tokens. logits (B,T,V), target (B,T)."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        target.reshape(-1),
+        ignore_index=PAD,
+        reduction="sum",
+        label_smoothing=smoothing,
+    )
+
+
+def model_loss(model: torch.nn.Module, logits: torch.Tensor, batch, smoothing: float = 0.0) -> torch.Tensor:
+    """The summed training loss of ``logits = model(batch...)[0]`` on ``batch``."""
+    own = getattr(type(model), "loss", None)
+    return own(model, logits, batch, smoothing) if own is not None else token_loss(logits, batch.tgt_out, smoothing)
+
+
+def loss_units(model: torch.nn.Module, batch) -> int:
+    """What ``model_loss`` sums over in ``batch``: target tokens (with </s>), or the model's units."""
+    own = getattr(type(model), "units", None)
+    return own(model, batch) if own is not None else batch.target_tokens

@@ -87,7 +87,7 @@ class Seq2Seq(nn.Module):
         tgt_out: torch.Tensor,
         smoothing: float = 0.0,
     ) -> torch.Tensor:
-        """``train.training.token_loss(self(src, src_lengths, tgt_in)[0], tgt_out, smoothing)``,
+        """``models.common.token_loss(self(src, src_lengths, tgt_in)[0], tgt_out, smoothing)``,
         the summed cross-entropy over non-padding targets, with the output layer W_s applied to
         the non-padding positions only (a padded batch's padding rows cost a full softmax layer
         each otherwise; float64 logits are not cast down). The trainer calls it when the model's

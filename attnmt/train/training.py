@@ -24,14 +24,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from attnmt.config import Config, load_config, save_config
 from attnmt.data.batching import Batch, iterate_batches, make_batches
-from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.models import build_model
+from attnmt.models.common import loss_units, model_loss, token_loss
 from attnmt.runs.checkpoint import (
     find_checkpoint,
     load_trainer_state,
@@ -75,18 +74,7 @@ def init_distributed(device_name: str) -> tuple[Dist, torch.device]:
     return Dist(rank, world, local_rank), device
 
 
-# -- loss and learning rate ---------------------------------------------------------------------
-def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
-    """Summed cross-entropy over non-padding target tokens. logits (B,T,V), target (B,T)."""
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(),
-        target.reshape(-1),
-        ignore_index=PAD,
-        reduction="sum",
-        label_smoothing=smoothing,
-    )
-
-
+# -- learning rate ------------------------------------------------------------------------------
 def learning_rate(cfg: Config, epoch: int, step: int, progress: float = 0.0) -> float:
     """SGD (the paper): lr, halved (×decay) every epoch after ``decay_start``.
     Adam: linear warm-up for ``warmup`` steps, then (``schedule``) inverse square root decay,
@@ -118,7 +106,8 @@ def make_optimizer(cfg: Config, model: torch.nn.Module) -> torch.optim.Optimizer
 # -- evaluation ---------------------------------------------------------------------------------
 @torch.no_grad()
 def perplexity(model, src, tgt, device, batch_tokens: int = 4000, autocast=nullcontext) -> dict:
-    """Perplexity of a translation/LM model on token-id data (teacher forcing, </s> scored)."""
+    """Perplexity of a translation/LM model on token-id data (teacher forcing, </s> scored).
+    A model class with its own ``evaluate`` (the classifier) is validated by that instead."""
     model.eval()
     total, tokens = 0.0, 0
     for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
@@ -220,14 +209,8 @@ class Trainer:
     def validate(self) -> dict | None:
         if not self.data.dev_tgt:
             return None
-        if self.cfg.task == "classify":  # classify: loss/accuracy (ppl = exp(loss) picks BEST)
-            from attnmt.models.classifier import evaluate_classifier
-
-            result = evaluate_classifier(self.model, self.data.dev_src, self.data.dev_tgt, self.device)
-        else:
-            result = perplexity(
-                self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast
-            )
+        evaluate = getattr(type(self.model), "evaluate", None) or perplexity  # ppl (or exp(loss)) picks BEST
+        result = evaluate(self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast)
         best = result["ppl"] < self.best_ppl
         if best:
             self.best_ppl = result["ppl"]
@@ -265,14 +248,13 @@ class Trainer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, total_tokens = 0.0, 0
-        classify = self.cfg.task == "classify"  # classify: one label per sentence, mean per sentence
-        norm = sum(b.target_tokens if t.loss_norm == "tokens" and not classify else b.src.size(0) for b in batches)
+        norm = sum(loss_units(self.model, b) if t.loss_norm == "tokens" else b.src.size(0) for b in batches)
         # A model class may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal
         # to token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). Looked up on
         # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
         # would skip their own forward. Not under DDP, whose forward must see every batch.
         fused_loss = getattr(type(self.model), "token_loss", None)
-        if classify or self.ddp is not self.model:
+        if self.ddp is not self.model:
             fused_loss = None
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
@@ -285,15 +267,10 @@ class Trainer:
                     )
                 else:
                     logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
-                    if classify:
-                        from attnmt.models.classifier import classification_loss
-
-                        loss = classification_loss(logits, batch, t.label_smoothing)
-                    else:
-                        loss = token_loss(logits, batch.tgt_out, t.label_smoothing)
+                    loss = model_loss(self.model, logits, batch, t.label_smoothing)
             self.scaler.scale(loss / norm).backward()
             total_loss += float(loss.detach())
-            total_tokens += batch.src.size(0) if classify else batch.target_tokens
+            total_tokens += loss_units(self.model, batch)
         self.scaler.unscale_(self.optimizer)
         if t.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
