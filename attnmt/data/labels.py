@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from attnmt.data.corpus import read_lines
+from attnmt.data.vocab import UNK
 from attnmt.errors import UserError
 
 
@@ -80,3 +81,8 @@ def read_classification(spec: str, src: str, tgt: str) -> tuple[list[str], list[
     if not texts:
         raise UserError("no labelled sentences", where)
     return texts, labels, extras, where
+
+
+def encode_inputs(tok, texts: list[str], max_len: int) -> list[list[int]]:
+    """Classifier input: each text's token ids cut to ``max_len``, never empty (one <unk>)."""
+    return [tok.encode(text)[:max_len] or [UNK] for text in texts]

@@ -10,9 +10,8 @@ from collections import defaultdict
 
 import torch
 
-from attnmt.data.batching import encode_corpus, iterate_batches, make_batches
-from attnmt.data.labels import read_classification
-from attnmt.data.vocab import UNK
+from attnmt.data.batching import iterate_batches, make_batches
+from attnmt.data.labels import encode_inputs, read_classification
 from attnmt.runs.loader import load_run
 
 
@@ -48,7 +47,7 @@ def evaluate_file(run_dir: str, path: str, checkpoint: str = "best", group_colum
     texts, gold_labels, extras, where = read_classification(path, cfg.data.src, cfg.data.tgt)
     if cfg.data.lowercase:
         texts = [t.lower() for t in texts]
-    ids = [seq[: cfg.data.max_len] or [UNK] for seq in encode_corpus(src_tok, texts)]
+    ids = encode_inputs(src_tok, texts, cfg.data.max_len)
     gold = [labels.encode(y, where) for y in gold_labels]
     predicted = predict(model, ids, torch.device("cpu"))
     k = group_column - 2  # extras start at column 2

@@ -109,8 +109,7 @@ def prepare_data(
 
 def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[], None]) -> TaskData:
     """Texts -> source token ids (truncated to max_len, never empty); labels -> [class id]."""
-    from attnmt.data.labels import LabelSet, read_classification
-    from attnmt.data.vocab import UNK
+    from attnmt.data.labels import LabelSet, encode_inputs, read_classification
 
     d = cfg.data
     texts, labels, _, where = read_classification(d.train, d.src, d.tgt)
@@ -124,8 +123,7 @@ def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[
         src_tok, label_set = load_tokenizer(run_dir, "src"), LabelSet.load(run_dir)
 
     def encode(lines: list[str], tags: list[str], path: str) -> tuple[list[list[int]], list[list[int]]]:
-        ids = [seq[: d.max_len] or [UNK] for seq in encode_corpus(src_tok, lines)]
-        return ids, [[label_set.encode(t, path)] for t in tags]
+        return encode_inputs(src_tok, lines, d.max_len), [[label_set.encode(t, path)] for t in tags]
 
     data = TaskData(src_tok, label_set, *encode(texts, labels, where))
     data.notes.append(f"train: {len(texts)} sentences, {len(label_set)} classes ({', '.join(label_set.labels)})")

@@ -1,0 +1,82 @@
+"""Use a trained run from Python (README.md, "Use from Python").
+
+    import attnmt
+    model = attnmt.load("runs/demo")                       # BEST checkpoint; a GPU when present
+    best = model.translate(["In the beginning God created the heavens."], beam=5)[0]
+    best.text, best.score, best.alignment                   # alignment: (source word, output word)
+    model.score(["En el principio creó Dios los cielos."],
+                sources=["In the beginning God created the heavens."])   # {"ppl": ..., ...}
+
+It is the library behind the commands: ``attnmt.runs.loader.load_run`` loads the run,
+``attnmt.decode.translate.Translator`` translates, ``attnmt.eval.perplexity`` scores.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnmt.data.labels import encode_inputs
+from attnmt.decode.translate import Translation, Translator
+from attnmt.errors import UserError
+from attnmt.eval.classify import predict
+from attnmt.eval.perplexity import configured_setting, encode_texts, perplexities
+from attnmt.ngram.residual import NgramResidual, unwrap
+from attnmt.runs.loader import Run, load_run
+
+
+class Model:
+    """A loaded run: ``translate`` (translate runs), ``score`` (perplexity: translate and lm runs),
+    ``classify`` (classify runs). ``run`` holds the model, config and tokenizers."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.task = run.cfg.task
+
+    def _need(self, *tasks: str) -> None:
+        if self.task not in tasks:
+            raise UserError(f"a {self.task!r} run cannot do this (needs task {' or '.join(tasks)})", self.run.name)
+
+    def translate(self, lines: list[str], beam: int = 5, length_penalty: float = 1.0,
+                  max_len_ratio: float = 2.0, batch_size: int = 32) -> list[Translation]:
+        """The best translation of each line: ``.text``, ``.score`` (log-probability / length^α),
+        ``.alignment`` (source word, output word) pairs and ``.attention`` (output × source pieces;
+        empty for models without attention). Blank lines give empty translations."""
+        self._need("translate")
+        keep = [i for i, line in enumerate(lines) if line.strip()]
+        results = Translator.of(self.run).translate(
+            [lines[i] for i in keep], beam=beam, batch_size=batch_size, length_penalty=length_penalty,
+            max_len_ratio=max_len_ratio, with_attention=True)
+        out = [Translation("", 0.0, [], []) for _ in lines]
+        for i, hyps in zip(keep, results):
+            out[i] = hyps[0]
+        return out
+
+    def score(self, texts: list[str], sources: list[str] | None = None, batch_tokens: int = 3000) -> dict:
+        """Perplexity of ``texts`` (given ``sources``, one per text, for a translation run), teacher
+        forced with </s>: {"ppl" (per piece), "word_ppl", "logprob", "tokens", "words", "sentences"}.
+        Pairs or lines with an empty side are skipped."""
+        self._need("translate", "lm")
+        if self.task == "translate" and (sources is None or len(sources) != len(texts)):
+            raise UserError("a translation run scores texts given their sources: one source per text")
+        src, tgt, words = encode_texts(self.run, sources if self.task == "translate" else None, texts)
+        if not tgt:
+            raise UserError("no sentences to score")
+        model = self.run.model
+        ngram = model.ngram if isinstance(model, NgramResidual) else None
+        row = perplexities(unwrap(model), ngram, [configured_setting(model)], src, tgt, words,
+                           self.run.device, batch_tokens)[0]
+        return {k: row[k] for k in ("ppl", "word_ppl", "logprob", "tokens", "words", "sentences")}
+
+    def classify(self, lines: list[str]) -> list[str]:
+        """The predicted label of each line (a classify run)."""
+        self._need("classify")
+        cfg = self.run.cfg
+        texts = [line.lower() for line in lines] if cfg.data.lowercase else lines
+        ids = encode_inputs(self.run.src_tok, texts, cfg.data.max_len)
+        return [self.run.tgt_tok.piece(c) for c in predict(self.run.model, ids, self.run.device)]
+
+
+def load(run_dir: str | Path, checkpoint: str = "best", device: str = "auto") -> Model:
+    """Load a training run directory (checkpoint: best, last or step-NNNNNNNN; device: auto, cpu,
+    cuda, cuda:N)."""
+    return Model(load_run(run_dir, checkpoint, device))
