@@ -1,5 +1,5 @@
 """Compare a built Bible corpus (``attnmt data bible``) or domain corpus (``attnmt data
-domains``) with a reference copy, e.g. the team's prepared copy in /work/shared/data.
+domains``) with a reference copy REF_DIR, e.g. the team's prepared copy of the corpora.
 
     python benchmarks/corpus_compare.py bible BUILT_DIR REF_DIR [--english web|kjv]
     python benchmarks/corpus_compare.py domains BUILT_DIR REF_DIR

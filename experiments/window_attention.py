@@ -7,8 +7,11 @@
     python experiments/window_attention.py windows            # window-stats of the finished window runs
     python experiments/window_attention.py report             # markdown tables of finished runs
 
-Every run goes to /work/exp/window_attention/<group>/<name>/ and is skipped when its result.json
-exists, so the queue can be stopped and restarted. Each run trains with ``attnmt train`` with one
+Data: ``attnmt data bible --out data/bible`` and, for classify-data, ``attnmt data domains --out
+data/domains`` (paths relative to the repository root; the reported runs used the team's prepared
+copies of both, which these commands rebuild: docs/results/corpora.md). Every run goes to
+exp/window_attention/<group>/<name>/ and is skipped when its result.json exists, so the queue can
+be stopped and restarted. Each run trains with ``attnmt train`` with one
 thread and a fixed step budget; NMT runs then translate the test set (beam 4) and score BLEU;
 classification runs report accuracy (agreement: by number of attractors).
 """
@@ -24,11 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # classify-data imports attnmt
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # classify-data imports attnmt
 
-EXP = Path("/work/exp/window_attention")
-BIBLE = "/work/exp/bible_shared"
-DOMAINS = Path("/work/shared/data/domains")
+EXP = ROOT / "exp" / "window_attention"
+BIBLE = str(ROOT / "data" / "bible")
+DOMAINS = ROOT / "data" / "domains"  # attnmt data domains: DOMAINS/<domain>/{train,dev,test}.txt
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 NMT = [  # (name, config, extra --set overrides), in priority order
@@ -140,12 +144,13 @@ def classify_data(args) -> None:
 
     print(write_agreement(EXP / "data" / "agreement", n_train=20000, n_test_per_bucket=400, seed=1))
     rng = random.Random(1)
-    sources = {"bible": Path(f"{BIBLE}/train.en"), "man": DOMAINS / "man_en.txt", "pydoc": DOMAINS / "pydoc_en.txt",
-               "licenses": DOMAINS / "licenses_en.txt", "commentary": DOMAINS / "commentary_en.txt"}
+    sources = {"bible": [Path(f"{BIBLE}/train.en")]}  # each domain's text: all three splits
+    for name in ("man", "pydoc", "licenses", "commentary"):
+        sources[name] = [DOMAINS / name / f"{split}.txt" for split in ("train", "dev", "test")]
     splits: dict[str, list[str]] = {"train": [], "dev": [], "test": []}
-    for label, path in sources.items():
-        lines = sorted({x.strip() for x in path.read_text(encoding="utf-8").splitlines()
-                        if 5 <= len(x.split()) <= 50 and "\t" not in x})
+    for label, paths in sources.items():
+        text = [x for path in paths for x in path.read_text(encoding="utf-8").splitlines()]
+        lines = sorted({x.strip() for x in text if 5 <= len(x.split()) <= 50 and "\t" not in x})
         rng.shuffle(lines)
         take = {"train": lines[:4000], "dev": lines[4000:4500], "test": lines[4500:5000]}
         for split, chosen in take.items():
@@ -284,6 +289,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
     args = p.parse_args()
     args.steps = args.steps or BUDGET.get(args.what, 0)
+    os.chdir(ROOT)  # the configs name data/bible relative to the repository root
     {"nmt": nmt, "lm": lm, "classify-data": classify_data, "classify": classify, "windows": windows,
      "report": report}[args.what](args)
 

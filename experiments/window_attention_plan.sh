@@ -7,7 +7,7 @@
 set -e
 cd "$(dirname "$0")/.."
 Q="python experiments/window_attention.py"
-[ -f /work/exp/window_attention/data/domains/train.tsv ] || $Q classify-data
+[ -f exp/window_attention/data/domains/train.tsv ] || $Q classify-data   # needs data/bible, data/domains
 $Q nmt
 $Q nmt --seed 2 --only transformer window-add-seg relative localness window-mul-seg window-add-seg-all
 $Q nmt --seed 3 --only transformer window-add-seg relative localness window-mul-seg window-add-seg-all
