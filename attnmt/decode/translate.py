@@ -48,6 +48,7 @@ def word_alignment(attention: torch.Tensor, src_words: list[int], tgt_words: lis
 class Translator:
     def __init__(self, model, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device):
         self.model, self.cfg, self.src_tok, self.tgt_tok, self.device = model, cfg, src_tok, tgt_tok, device
+        self.run = Run(model, cfg, src_tok, tgt_tok)
 
     @classmethod
     def from_run(cls, run_dir: str | Path, checkpoint: str = "best", device: str = "auto",
@@ -61,14 +62,14 @@ class Translator:
     @property
     def runs(self) -> list[Run]:
         """The models behind this translator, each with what is needed to feed it text."""
-        return [Run(self.model, self.cfg, self.src_tok, self.tgt_tok)]
+        return [self.run]
 
     def _prepare(self, line: str) -> Source:
-        return self.runs[0].source(line)
+        return self.run.source(line)
 
     def _batch(self, prepared: list[Source], index: list[int]) -> tuple[list[list[int]], Batch]:
         """(encoder input ids, batch on the device) of the sources ``prepared``."""
-        ids = self.runs[0].source_ids(prepared)
+        ids = self.run.source_ids(prepared)
         return ids, collate(ids, None, index).to(self.device)
 
     def translate(
