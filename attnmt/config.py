@@ -4,8 +4,9 @@
     model: {type: lstm, layers: 4, hidden: 1000, attention: global, score: dot, input_feed: true}
     train: {optimizer: sgd, lr: 1.0, epochs: 12, decay_start: 8, batch_size: 128, ...}
 
-Every key is declared below with its default; unknown keys and wrongly typed values are user
-errors that name the file and line. ``--set section.key=value`` overrides from the command line.
+Every key is declared below with its default; unknown keys, wrongly typed values and (``validate``)
+values outside a key's choices or bounds are user errors that name the file, line and key.
+``--set section.key=value`` overrides from the command line.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ Where = Callable[[str], "tuple[str | None, int | None]"]
 def validate(cfg: Config, where: Where | None = None) -> Config:
     """Check every choice and bound of ``cfg``. A UserError names the key and, through ``where``
     (key -> (file, line) it was set in), the file and line; returns ``cfg``."""
-    from attnmt.attention import ATTENTIONS, SCORES
+    from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
     from attnmt.attention.local_attention import COMPOSITIONS
     from attnmt.attention.multihead import VARIANTS, unit_of
 
@@ -192,7 +193,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
             fail(key, f"must be at least 1, got {value(key)}")
     if cfg.task == "classify" and m.type != "transformer":
         fail("model.type", "must be transformer for task: classify (an encoder classifier)")
-    if m.type == "lstm" and m.attention in ("local-m", "local-p"):
+    if m.type == "lstm" and m.attention in LOCAL_MODES:
         if m.score == "location":
             fail("model.score", f"location is a global-attention score; {m.attention} needs a content score")
         if m.window < 0:

@@ -13,6 +13,7 @@ ATTENTIONS = ("none", "global") + LOCAL_MODES  # model.attention of the LSTM dec
 
 __all__ = [
     "ATTENTIONS",
+    "LOCAL_MODES",
     "SCORES",
     "GlobalAttention",
     "LocalAttention",
