@@ -106,31 +106,22 @@ def run_heatmap(args: argparse.Namespace) -> int:
     import csv
 
     from attnmt.decode.ensemble import load_members
-    from attnmt.decode.force import force_attention, output_rows, resolve_timing
-    from attnmt.decode.translate import Translator
+    from attnmt.eval.alignment import sentence_attention
     from attnmt.eval.plots import plot_heatmap
 
     if not args.input.strip():
         raise UserError("--input is empty")
     member = load_members([args.model], args.checkpoint, args.device)[0]
-    if args.target is not None:
-        text = args.target.lower() if member.cfg.data.lowercase else args.target
-        ids = member.tgt_tok.encode(text)
-    else:
-        best = Translator.of(member).translate([args.input], beam=args.beam)[0][0]
-        ids = member.tgt_tok.encode_pieces(best.tgt_pieces)
-        print(best.text)
-    src_pieces = member.source(args.input).pieces
-    tgt_pieces = [member.tgt_tok.piece(i) for i in ids]
-    timing = resolve_timing(member.cfg, args.timing)
-    rows = output_rows(force_attention(member, [args.input], [ids])[0], len(ids), timing)
-    plot_heatmap(rows, src_pieces, tgt_pieces, args.out,
-                 f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {timing}")
+    found = sentence_attention(member, args.input, args.target, args.beam, args.timing)
+    if found.translation is not None:
+        print(found.translation)
+    plot_heatmap(found.rows, found.src_pieces, found.tgt_pieces, args.out,
+                 f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {found.timing}")
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            writer.writerow(["target", *src_pieces])
-            for piece, row in zip(tgt_pieces, rows.tolist()):
+            writer.writerow(["target", *found.src_pieces])
+            for piece, row in zip(found.tgt_pieces, found.rows.tolist()):
                 writer.writerow([piece, *(f"{x:.4f}" for x in row)])
     print(f"attnmt: wrote {args.out}", file=sys.stderr)
     return 0

@@ -13,6 +13,9 @@ Alignment error rate (Och & Ney 2003) against gold sure links S and possible lin
 counted over the whole corpus (sums of the per-sentence counts). Gold lines use ``i-j`` for sure
 and ``i?j`` for possible links; a sure link is also possible.
 
+``sentence_attention`` gives one sentence's attention rows (the heat map of ``attnmt analyse
+heatmap``, the paper's Figure 7).
+
 Entropy: H(a_t) = −Σ_s a_t(s) log a_t(s) in nats, per target piece, over source pieces (rows are
 renormalised first: local attention's "paper" composition sums to less than 1); lower is sharper.
 """
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from attnmt.decode.force import force_attention, output_rows, resolve_timing, word_attention
+from attnmt.decode.translate import Translator
 from attnmt.errors import UserError
 from attnmt.runs.loader import Run
 
@@ -152,3 +156,28 @@ def force_align(
 
 def pharaoh(links: Links) -> str:
     return " ".join(f"{i}-{j}" for i, j in sorted(links, key=lambda x: (x[1], x[0])))
+
+
+@dataclass
+class SentenceAttention:
+    rows: torch.Tensor  # (target pieces, source pieces): each output piece's attention row
+    src_pieces: list[str]
+    tgt_pieces: list[str]
+    translation: str | None  # the model's translation when no target was given
+    timing: str  # the concrete timing the rows follow ("predicted" or "input")
+
+
+def sentence_attention(member: Run, sentence: str, target: str | None = None, beam: int = 5,
+                       timing: str = "predicted") -> SentenceAttention:
+    """The attention of one sentence (``attnmt analyse heatmap``, Luong et al. Figure 7): the
+    model's beam-search translation, or ``target``, force decoded; one row per output piece."""
+    translation = None
+    if target is not None:
+        ids = member.tgt_tok.encode(target.lower() if member.cfg.data.lowercase else target)
+    else:
+        best = Translator.of(member).translate([sentence], beam=beam)[0][0]
+        ids, translation = member.tgt_tok.encode_pieces(best.tgt_pieces), best.text
+    concrete = resolve_timing(member.cfg, timing)
+    rows = output_rows(force_attention(member, [sentence], [ids])[0], len(ids), concrete)
+    return SentenceAttention(rows, member.source(sentence).pieces, [member.tgt_tok.piece(i) for i in ids],
+                             translation, concrete)
