@@ -126,3 +126,69 @@ def test_linear_cross_entropy_refuses_a_second_backward():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward twice"):
         loss.backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("attention,score", [("global", "general"), ("global", "dot"), ("global", "concat"),
+                                             ("global", "location"), ("local-p", "general"), ("none", "dot")])
+def test_inference_step_equals_the_generic_step(dtype, attention, score):
+    """Seq2Seq.step in eval mode without autograd (decoder.infer_step: packed weights, one product
+    per layer) gives the decoder's generic one-step forward: logits, state and attention."""
+    cfg = ModelConfig(layers=2, hidden=6, embed=5, attention=attention, score=score, input_feed=True,
+                      dropout=0.3)
+    torch.manual_seed(3)
+    model = Seq2Seq(cfg, 15, 13, init_uniform=0.4).to(dtype).eval()
+    src, src_lengths, tgt_in, _ = _batch()
+    with torch.no_grad():
+        enc = model.encode(src, src_lengths)
+        state = model.init_state(enc)
+        memory = enc["memory"] if model.has_attention else None
+        for t in range(3):
+            prefix = tgt_in[:, : t + 1]
+            want_logits, want_state, want_w = model.decoder(prefix[:, -1:], state, memory, t, True)
+            logits, got_state, w = model.step(prefix, state, enc, need_weights=True)
+            tol = 1e-4 if dtype == torch.float32 else 1e-10
+            torch.testing.assert_close(logits, want_logits[:, 0], atol=tol, rtol=0)
+            for key in ("h", "c", "feed"):
+                torch.testing.assert_close(got_state[key], want_state[key], atol=tol, rtol=0)
+            if want_w is not None:
+                torch.testing.assert_close(w, want_w[:, 0], atol=tol, rtol=0)
+            state = got_state
+
+
+def test_row_topk_equals_torch_topk():
+    from attnmt.decode.search import row_topk
+
+    torch.manual_seed(0)
+    for V in (8000, 8001, 640, 12800):
+        x = torch.randn(37, V)
+        x[:, 3] = float("-inf")
+        for k in (1, 6, 10):
+            got, want = row_topk(x, k), x.topk(k, dim=-1)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (V, k)
+
+
+def test_shared_memory_attention_equals_repeated_memory():
+    """Beam search repeats the encoder output per hypothesis; global attention reads one shared
+    entry for the K rows of a sentence instead, with the same context and weights."""
+    from attnmt.attention import GlobalAttention
+    from attnmt.models.common import repeat_rows, select_batch
+
+    torch.manual_seed(0)
+    for score in ("dot", "general", "location"):
+        att = GlobalAttention(score, 6, 6, max_src_len=9).double()
+        values = torch.randn(3, 5, 6, dtype=torch.float64)
+        mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.bool)
+        memory = att.prepare(values, mask)
+        shared = repeat_rows(memory, 4)
+        copied = select_batch(memory, torch.arange(3).repeat_interleave(4))
+        assert shared.rows == 4 and copied.rows == 1 and shared.values.size(0) == 3
+        query = torch.randn(12, 1, 6, dtype=torch.float64)
+        for a, b in zip(att(query, shared), att(query, copied)):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+        keep = torch.tensor([4, 5, 6, 7, 0, 1, 2, 3])  # whole sentences, as the search drops them
+        for a, b in zip(att(query[keep], select_batch(shared, keep)), att(query[keep], copied.select(keep))):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+        rows = torch.tensor([5, 2, 11])  # single rows: the shared memory is copied per row
+        for a, b in zip(att(query[rows], shared.select(rows)), att(query[rows], copied.select(rows))):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

@@ -25,16 +25,45 @@ import torch
 
 @dataclass
 class Memory:
-    """Encoder states prepared for attention. Every tensor has the batch on dimension 0."""
+    """Encoder states prepared for attention. Every tensor has the batch on dimension 0.
+
+    ``rows``: query rows per entry. Beam search asks for every entry to be repeated for the K
+    hypotheses of its sentence (``repeat_rows``); an attention that sets ``shareable`` in
+    ``prepare`` reads entry r // rows for query row r instead, so the states are neither copied
+    nor read K times per step. Others get the repeated copy."""
 
     values: torch.Tensor  # h̄_s: (B, S, d)
     keys: torch.Tensor  # score-specific projection of h̄_s: (B, S, d_k)
     mask: torch.Tensor  # (B, S) bool, True on real source tokens
     lengths: torch.Tensor  # (B,) long, number of real source tokens
+    rows: int = 1
+    shareable: bool = False
+
+    def _tensors(self, fn) -> dict:
+        return {f.name: fn(getattr(self, f.name)) for f in fields(self) if f.name not in ("rows", "shareable")}
 
     def select(self, index: torch.Tensor) -> "Memory":
-        """The memory of batch rows ``index`` (e.g. repeated per beam hypothesis)."""
-        return Memory(**{f.name: getattr(self, f.name).index_select(0, index) for f in fields(self)})
+        """The memory of query rows ``index`` (e.g. repeated per beam hypothesis). With shared
+        entries, whole aligned blocks of ``rows`` rows keep their entry shared."""
+        if self.rows > 1:
+            blocks = index.view(-1, self.rows) if index.numel() % self.rows == 0 else None
+            aligned = blocks is not None and bool(
+                (blocks == blocks[:, :1] + torch.arange(self.rows, device=index.device)).all()
+                and (blocks[:, 0] % self.rows == 0).all()
+            )
+            if aligned:
+                entries = blocks[:, 0] // self.rows
+                return Memory(**self._tensors(lambda t: t.index_select(0, entries)), rows=self.rows,
+                              shareable=True)
+            entries = index // self.rows
+            return Memory(**self._tensors(lambda t: t.index_select(0, entries)), shareable=True)
+        return Memory(**self._tensors(lambda t: t.index_select(0, index)), shareable=self.shareable)
+
+    def repeat_rows(self, k: int) -> "Memory":
+        """Every query row repeated k times: shared if the attention can read shared entries."""
+        if self.shareable:
+            return Memory(**self._tensors(lambda t: t), rows=self.rows * k, shareable=True)
+        return Memory(**self._tensors(lambda t: t.repeat_interleave(k, dim=0)))
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ with one of four score functions (eq. 8 and the location variant)::
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -95,7 +96,9 @@ class GlobalAttention(nn.Module):
 
     def prepare(self, values: torch.Tensor, mask: torch.Tensor) -> Memory:
         keys = values if self.score_kind == "location" else self.score.keys(values)
-        return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1))
+        # every score but concat can read one entry for several query rows (see forward)
+        return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1),
+                      shareable=self.score_kind != "concat")
 
     def forward(
         self,
@@ -105,6 +108,11 @@ class GlobalAttention(nn.Module):
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         S = memory.values.size(1)
+        if memory.rows > 1:  # query rows r·k .. r·k+k-1 read entry r: one product per entry
+            R, T, d = query.shape
+            entry_query = query.reshape(R // memory.rows, memory.rows * T, d)
+            context, weights = self(entry_query, replace(memory, rows=1), positions, need_weights)
+            return context.reshape(R, T, -1), weights.reshape(R, T, -1)
         if self.score_kind == "location":
             if S > self.max_src_len:
                 raise ValueError(

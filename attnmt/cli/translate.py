@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len-cap", type=int, default=512,
                    help="hard limit on output pieces per line (raise it to translate whole documents)")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--stop", default="best", choices=["best", "complete"],
+                   help="beam: a sentence is done when its best extension ends (best, as OpenNMT-py) "
+                   "or when it has --beam finished hypotheses (complete)")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     results = translator.translate(
         lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
         length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
-        with_attention=bool(args.alignments), max_len_cap=args.max_len_cap,
+        with_attention=bool(args.alignments), max_len_cap=args.max_len_cap, stop=args.stop,
     )
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli

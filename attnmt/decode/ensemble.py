@@ -115,6 +115,8 @@ class EnsembleTranslator(Translator):
         each = [m.source(line) for m in self.members]
         return MemberSources(*each[0], each)
 
+    parallel_batches = False  # _batch binds the members' inputs to the one shared ensemble
+
     def _batch(self, prepared: list[MemberSources], index: list[int]) -> tuple[list[list[int]], Batch]:
         """Member 0's batch for the search; every member's own batch bound to the ensemble."""
         ids = [m.source_ids([p.each[k] for p in prepared]) for k, m in enumerate(self.members)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from attnmt.data.vocab import BOS, EOS, PAD
-from attnmt.models.common import select_batch
+from attnmt.models.common import repeat_rows, select_batch
 
 
 @dataclass
@@ -35,6 +35,22 @@ def _max_lengths(src_lengths: torch.Tensor, ratio: float, extra: int, cap: int) 
 
 def _normalise(logprob: float, length: int, alpha: float) -> float:
     return logprob / (length**alpha) if alpha > 0 else logprob
+
+
+def row_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x.topk(k, dim=-1)`` of a (R, V) matrix, by way of block maxima: the k largest entries of
+    a row lie in the k blocks whose maxima are largest (a block holding one of them has a maximum
+    at least as large; at most k blocks do), so only those k blocks are searched. A max-reduction
+    is vectorised and ~20x cheaper than torch's top-k scan over all V entries."""
+    R, V = x.shape
+    block = next((b for b in (128, 100, 125, 160, 80, 200, 250, 64) if V % b == 0), 0)
+    if not block or V // block <= 2 * k:
+        return x.topk(k, dim=-1)
+    blocks = x.view(R, V // block, block)
+    best_blocks = blocks.amax(dim=2).topk(k, dim=1).indices  # (R, k)
+    candidates = blocks.gather(1, best_blocks.unsqueeze(2).expand(R, k, block)).view(R, k * block)
+    values, j = candidates.topk(k, dim=1)  # sorted, as torch.topk
+    return values, best_blocks.gather(1, j // block) * block + j % block
 
 
 def _block_specials(logp: torch.Tensor) -> torch.Tensor:
@@ -115,7 +131,7 @@ def beam_search(
     B, K, device = src.size(0), beam_size, src.device
     limits = _max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap)
     enc = model.encode(src, src_lengths)
-    enc = select_batch(enc, torch.arange(B, device=device).repeat_interleave(K))
+    enc = repeat_rows(enc, K)
     state = model.init_state(enc)
     prefix = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
     # only the first of the K identical start hypotheses may expand
@@ -134,7 +150,7 @@ def beam_search(
         # The 2K best of a sentence's K·V extensions are among the 2K best of each of its rows
         # (one score is added to a whole row), so rank each row first and then the K·2K.
         row_k = min(2 * K, logp.size(-1))
-        row_lp, row_tok = logp.topk(row_k, dim=-1)  # (n·K, row_k)
+        row_lp, row_tok = row_topk(logp, row_k)  # (n·K, row_k)
         cand = (scores.view(-1, 1) + row_lp).view(n, K * row_k)
         top_scores, top_j = cand.topk(2 * K, dim=-1)  # (n, 2K), best first
         origin = top_j // row_k  # which live hypothesis each candidate extends

@@ -29,6 +29,24 @@ def select_batch(obj: Any, index: torch.Tensor) -> Any:
     return obj
 
 
+def repeat_rows(obj: Any, k: int) -> Any:
+    """Every batch row of a nested state repeated k times in place (row b -> rows b·k .. b·k+k-1),
+    as ``select_batch(obj, arange(B).repeat_interleave(k))`` does. Objects with a
+    ``repeat_rows(k)`` method (a Memory its attention can share between beam rows) decide
+    themselves how to repeat; beam search repeats the encoder output this way."""
+    if obj is None:
+        return None
+    if isinstance(obj, torch.Tensor):
+        return obj.repeat_interleave(k, dim=0)
+    if hasattr(obj, "repeat_rows") and not isinstance(obj, (dict, list, tuple)):
+        return obj.repeat_rows(k)
+    if isinstance(obj, dict):
+        return {key: repeat_rows(v, k) for key, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(repeat_rows(v, k) for v in obj)
+    return obj
+
+
 def lengths_to_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
     """(B,) lengths -> (B, S) bool mask, True on real positions."""
     max_len = int(lengths.max()) if max_len is None else max_len

@@ -23,6 +23,7 @@ from torch import nn
 
 from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
+from attnmt.models import packed
 from attnmt.models.fused_rnn import dropout, input_feeding_loop
 
 
@@ -122,6 +123,59 @@ class LuongDecoder(nn.Module):
             h[layer] = torch.sigmoid(o) * torch.tanh(c[layer])
             x = self.dropout(h[layer]) if layer < self.layers - 1 else h[layer]
         return x
+
+    # -- search: one input-feeding step without autograd -------------------------------------
+    def infer_step(
+        self, y_prev: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory | None, t: int,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+        """``forward`` for one step of an input-feeding decoder in eval mode without autograd:
+        y_prev (B,) -> logits (B, V), the new state, a_t (B, S) or None. Each layer is one
+        product with packed weights (layer 1: [emb(y); h̃_{t-1}; h¹_{t-1}] at once)."""
+        layers, W_c, W_s = self._inference_weights()
+        x = torch.cat([self.embedding(y_prev), state["feed"]], dim=1)
+        hs, cs = [], []
+        H = self.hidden
+        # tanh(z) = 2σ(2z) − 1: on CPU σ is several times cheaper than tanh, and the factor 2
+        # of the g gate and of W_c is folded into their packed weights
+        for layer, (w, b) in enumerate(layers):
+            act = torch.sigmoid(packed.linear(torch.cat([x, state["h"][:, layer]], dim=1), w, b))
+            g = act[:, 2 * H : 3 * H].mul(2).sub_(1)
+            c = torch.addcmul(act[:, H : 2 * H] * state["c"][:, layer], act[:, :H], g)
+            x = act[:, 3 * H :] * torch.sigmoid(c * 2).mul_(2).sub_(1)
+            hs.append(x)
+            cs.append(c)
+        weights = None
+        if self.attention is not None:
+            top = x.unsqueeze(1)
+            positions = torch.tensor([t], device=x.device)
+            context, weights = self.attention(top, memory, positions, need_weights)  # (B, 1, d)
+            x = torch.sigmoid(packed.linear(torch.cat([context, top], dim=-1), W_c)).squeeze(1)
+            x = x.mul_(2).sub_(1)
+        logits = packed.linear(x, W_s, self.W_s.bias)
+        new_state = {"h": torch.stack(hs, 1), "c": torch.stack(cs, 1), "feed": x}
+        return logits, new_state, (weights[:, 0] if weights is not None and need_weights else None)
+
+    def _inference_weights(self):
+        """Packed [W_ih | W_hh] and b_ih + b_hh per layer, W_c and W_s, kept until a weight
+        changes (an in-place update bumps its version counter, a move its data pointer)."""
+        params = list(self.rnn.parameters()) + list(self.W_s.parameters())
+        params += list(self.W_c.parameters()) if self.W_c is not None else []
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        cached = getattr(self, "_cached_inference", None)
+        if cached is None or cached[0] != key:
+            layers, H = [], self.hidden
+            for layer in range(self.layers):
+                w = torch.cat([getattr(self.rnn, f"weight_ih_l{layer}"), getattr(self.rnn, f"weight_hh_l{layer}")], 1)
+                b = getattr(self.rnn, f"bias_ih_l{layer}") + getattr(self.rnn, f"bias_hh_l{layer}")
+                w, b = w.detach().clone(), b.detach().clone()
+                w[2 * H : 3 * H] *= 2  # the g gate: tanh(z) = 2σ(2z) − 1
+                b[2 * H : 3 * H] *= 2
+                layers.append((packed.pack(w, 320), b))
+            W_c = packed.pack(2 * self.W_c.weight.detach(), 320) if self.W_c is not None else None
+            cached = (key, (layers, W_c, packed.pack(self.W_s.weight, 320)))
+            self._cached_inference = cached
+        return cached[1]
 
     # -- training on CPU: the whole input-feeding loop with a hand-written backward ------------
     def _fusable(self, memory: Memory | None, need_weights: bool) -> bool:
