@@ -17,9 +17,9 @@ computation is attnmt/eval/perplexity.py. Settings:
 from __future__ import annotations
 
 import argparse
-import json
 
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         args.batch_tokens,
     )
     if args.json:
-        print(json.dumps(out))
+        print(dumps(out))
         return 0
     chosen = out["best"]
     for r in out.get("dev", []):

@@ -5,9 +5,9 @@ attnmt score --model RUN --src F --ref F         perplexity: short for `attnmt e
 from __future__ import annotations
 
 import argparse
-import json
 
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
         result = score_files(args.hyp, args.ref, args.lang)
     if args.json:
-        print(json.dumps(result))
+        print(dumps(result))
     else:
         print(" ".join(f"{k}={v}" for k, v in result.items()))
     return 0

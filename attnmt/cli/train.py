@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from attnmt.jsonio import dumps
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,5 +31,5 @@ def run(args: argparse.Namespace) -> int:
     if args.device:
         overrides.append(f"train.device={args.device}")
     summary = run_training(args.config, args.out, overrides, args.resume)
-    print(json.dumps(summary))
+    print(dumps(summary))
     return 0

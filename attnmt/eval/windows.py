@@ -14,7 +14,6 @@ from the pointers' argmax, the expected boundaries E[l], E[r] and the mask value
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import matplotlib
@@ -26,6 +25,7 @@ import torch
 from attnmt.attention.window import window_boundaries
 from attnmt.data.vocab import BOS
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 from attnmt.ngram.residual import unwrap
 from attnmt.runs.loader import load_run
 
@@ -159,7 +159,7 @@ def analyse_windows(run_dir: str, sentence: str, out_dir: str, checkpoint: str =
                                      "variant": variants[kind] if windowed else "standard",
                                      "queries": queries, "keys": keys, "heads": boundaries(layer)})
     tmp = out / "windows.json.tmp"
-    tmp.write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp.write_text(dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     tmp.replace(out / "windows.json")
     return report
 
