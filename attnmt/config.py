@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,6 +174,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
     from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
     from attnmt.attention.local_attention import COMPOSITIONS
     from attnmt.attention.multihead import VARIANTS, unit_of
+    from attnmt.attention.window import ABLATIONS, MASKS
 
     def fail(key: str, message: str) -> None:
         raise UserError(f"{key} {message}", *(where(key) if where else (None, None)))
@@ -183,7 +185,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
 
     m = cfg.model
     choices = {**CHOICES, "model.attention": ATTENTIONS, "model.score": SCORES,
-               "model.local_composition": COMPOSITIONS,
+               "model.local_composition": COMPOSITIONS, "model.window_mask": MASKS + ABLATIONS,
                **{f"model.{kind}": VARIANTS for kind in ATTENTION_KINDS["translate"]}}
     for key, allowed in choices.items():
         if value(key) not in allowed:
@@ -206,6 +208,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
     check_ngram(cfg.ngram.mode, cfg.ngram.alpha, cfg.ngram.anneal_steps, cfg.ngram.lam, fail)
     if cfg.ngram.order < 1:
         fail("ngram.order", f"must be >= 1, got {cfg.ngram.order}")
+    check_bounds(cfg, fail)
     return cfg
 
 
@@ -240,6 +243,30 @@ def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     if root is not None:
         walk(root, ())
     return lines
+
+
+def _duplicate_key(text: str) -> tuple[str, int] | None:
+    """The first key that a mapping of the YAML text repeats (safe_load silently keeps the last),
+    as (dotted path, 1-based line)."""
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> tuple[str, int] | None:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, value in node.value:
+                name = str(key.value)
+                if name in seen:
+                    return ".".join(path + (name,)), key.start_mark.line + 1
+                seen.add(name)
+                found = walk(value, path + (name,))
+                if found:
+                    return found
+        return None
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    return walk(root, ()) if root is not None else None
 
 
 def _coerce(value: Any, typ: Any, where: str, path: str | None, line: int | None) -> Any:
@@ -308,6 +335,10 @@ def from_dict(raw: Any, path: str | None = None, text: str = "") -> Config:
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     """Read a YAML config and apply ``section.key=value`` overrides."""
     path = str(path)
+    if not path.strip():
+        raise UserError("the config path is empty")
+    if Path(path).is_dir():
+        raise UserError("is a directory, expected a YAML config file", path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -320,6 +351,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or "malformed YAML"
         raise UserError(f"malformed YAML: {problem}", path, mark.line + 1 if mark else None) from None
+    duplicate = _duplicate_key(text)
+    if duplicate is not None:
+        raise UserError(f"duplicate key {duplicate[0]} (only one value may be given)", path, duplicate[1])
     cfg = apply_overrides(from_dict(raw, path, text), overrides or [])
     lines = _key_lines(text)
     overridden = {item.partition("=")[0].strip() for item in overrides or []}
@@ -343,8 +377,13 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         if not sep or len(parts) != 2:
             raise UserError(f"--set expects section.key=value, got {item!r}")
         section, name = parts
-        raw.setdefault(section, {})
-        raw[section][name] = yaml.safe_load(value) if value.strip() else ""
+        if not isinstance(raw.setdefault(section, {}), dict):
+            raise UserError(f"--set {item}: unknown section {section!r}")
+        try:
+            raw[section][name] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or "malformed YAML"
+            raise UserError(f"--set {key.strip()}: malformed YAML value {value!r} ({problem})") from None
     return from_dict(raw, "--set")
 
 
@@ -355,3 +394,41 @@ def save_config(cfg: Config, path: str | Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
     os.replace(tmp, path)
+
+
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(:\d+)?")  # what --device and train.device accept
+
+# Bounds of the numbers (the choices are checked in validate): (key, test, what it must be).
+BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
+    *[(k, lambda v: v >= 1, "at least 1") for k in (
+        "model.layers", "model.hidden", "model.embed", "model.heads", "model.ff", "model.max_src_len",
+        "model.max_positions", "model.window_segment", "model.relative_clip", "train.epochs",
+        "train.batch_size", "train.accumulate", "train.log_every", "data.max_len", "ngram.order")],
+    *[(k, lambda v: v >= 0, ">= 0") for k in (
+        "model.window", "model.sigma", "model.window_temperature", "train.decay_start", "train.warmup",
+        "train.clip", "train.init_uniform", "train.max_time", "train.max_steps", "train.valid_every",
+        "train.save_every", "train.threads", "ngram.anneal_steps")],
+    *[(k, lambda v: v >= 5, "at least 5 (4 special tokens + 1)") for k in (
+        "data.src_vocab_size", "data.tgt_vocab_size")],
+    ("train.lr", lambda v: v > 0, "> 0"),
+    ("train.decay", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("model.dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.device", lambda v: bool(DEVICE_NAME.fullmatch(v)), "auto, cpu, cuda or cuda:N"),
+    ("data.src", lambda v: bool(v.strip()), "a language suffix (not empty)"),
+    ("data.tgt", lambda v: bool(v.strip()), "a language suffix (not empty)"),
+]
+
+
+def check_bounds(cfg: Config, fail: Callable[[str, str], None]) -> None:
+    """Every number finite and in its range (``BOUNDS``): ``fail(key, message)`` for the first
+    that is not. A zero epoch count, vocabulary or length limit would train nothing and exit 0."""
+    for section in ("data", "model", "train", "ngram"):
+        for name, value in dataclasses.asdict(getattr(cfg, section)).items():
+            if isinstance(value, float) and not math.isfinite(value):
+                fail(f"{section}.{name}", f"must be a finite number, got {value}")
+    for key, test, what in BOUNDS:
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if not test(value):
+            fail(key, f"must be {what}, got {value!r}")

@@ -22,6 +22,7 @@ from attnmt.runs.checkpoint import (
     load_weights,
     save_checkpoint,
 )
+from attnmt.errors import UserError
 from attnmt.train.training import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,6 +82,15 @@ def _inprocess(config: str | None, run: Path, overrides: list[str], resume: bool
         torch.set_num_threads(threads)
 
 
+def _strict_json(text: str):
+    """json.loads that refuses NaN and Infinity (Python's accepts them; other readers do not)."""
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON: {text[:200]}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def _events(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
 
@@ -138,7 +148,10 @@ def test_sigterm_and_sigint_write_a_final_checkpoint_and_exit_0(tiny_corpus, tmp
     assert proc.returncode == 0, err.decode()[-2000:]
     end = _events(run)[-1]
     assert end["event"] == "end" and end["reason"] == "signal"
-    assert json.loads(out.decode().strip().splitlines()[-1])["step"] == end["step"]
+    summary = _strict_json(out.decode().strip().splitlines()[-1])  # no Infinity: no dev ppl yet
+    assert summary["step"] == end["step"] and summary["best_dev_ppl"] is None
+    for line in (run / "log.jsonl").read_text().splitlines():
+        _strict_json(line)
     last = find_checkpoint(run, "last")
     assert last.name == f"step-{end['step']:08d}"
     assert load_trainer_state(last)["step"] == end["step"]
@@ -180,3 +193,45 @@ def test_kill_while_resaving_a_step_leaves_a_usable_last(tmp_path, monkeypatch):
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["LAST", "step-00000008"]
     assert find_checkpoint(tmp_path, "last").name == "step-00000008"
+
+
+def test_resume_with_only_the_run_directory_before_the_first_checkpoint(tiny_corpus, tmp_path):
+    """A run killed after it started (config.yaml written) but before its first checkpoint
+    continues with just --out RUN --resume: it starts again from RUN/config.yaml."""
+    from attnmt.config import load_config, save_config
+
+    run = tmp_path / "early"
+    run.mkdir()
+    save_config(load_config(tiny_corpus.config, ["train.max_steps=2", "data.dev="]), run / "config.yaml")
+    summary = _inprocess(None, run, [], resume=True)
+    assert summary["step"] == 2 and find_checkpoint(run, "last").name == "step-00000002"
+    with pytest.raises(UserError, match="nothing to resume"):
+        _inprocess(None, tmp_path / "empty", [], resume=True)
+
+
+def test_a_failed_start_leaves_no_config_and_no_run_directory(tiny_corpus, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(UserError, match="nope.en"):
+        _inprocess(str(tiny_corpus.config), run, [f"data.dev={tmp_path / 'nope'}"], resume=False)
+    assert not run.exists()
+    run.mkdir()  # an empty directory the user made stays, empty
+    with pytest.raises(UserError, match="nope.en"):
+        _inprocess(str(tiny_corpus.config), run, [f"data.dev={tmp_path / 'nope'}"], resume=False)
+    assert run.is_dir() and list(run.iterdir()) == []
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    from types import SimpleNamespace
+
+    from attnmt.train.training import stop_handler
+
+    trainer = SimpleNamespace(stop_requested=False)
+    handler = stop_handler(trainer)
+    handler(signal.SIGTERM, None)
+    handler(signal.SIGTERM, None)  # SIGTERM asks politely, however often
+    assert trainer.stop_requested
+    trainer.stop_requested = False
+    handler(signal.SIGINT, None)
+    assert trainer.stop_requested
+    with pytest.raises(KeyboardInterrupt):  # main() turns it into exit status 130
+        handler(signal.SIGINT, None)

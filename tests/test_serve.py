@@ -311,6 +311,6 @@ def test_model_specs_and_startup_errors(tiny_run, tmp_path, capsys):
         load_models([str(tiny_run), str(tiny_run)], device="cpu")
     assert main(["serve", "--model", str(tmp_path / "missing"), "--port", "0"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("attnmt: error:") and "no config.yaml" in err and "\n" not in err
+    assert err.startswith("attnmt: error:") and "no such run directory" in err and "\n" not in err
     assert main(["serve", "--model", str(tiny_run), "--max-batch", "0"]) == 2
     assert "--max-batch" in capsys.readouterr().err

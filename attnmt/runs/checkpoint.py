@@ -15,6 +15,7 @@ never a truncated one. The newest ``keep`` checkpoints (and BEST) are kept.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,22 @@ def _write_pointer(path: Path, name: str) -> None:
     os.replace(tmp, path)
 
 
+_STEP = re.compile(r"step-\d+")  # the only names a pointer or --checkpoint may give
+
+
+def _pointer_name(path: Path) -> str:
+    """The checkpoint name a pointer file holds ('' if it holds none: junk, a folder, ..)."""
+    try:
+        name = path.read_bytes()[:64].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return name if _STEP.fullmatch(name) else ""
+
+
 def _read_pointer(path: Path) -> str | None:
     if not path.exists():
         return None
-    name = path.read_text().strip()
+    name = _pointer_name(path)
     return name if name and (path.parent / name).is_dir() else None
 
 
@@ -47,7 +60,7 @@ def _moved_aside(pointer: Path) -> Path | None:
     if a kill interrupted it between its two renames."""
     if not pointer.exists():
         return None
-    name = pointer.read_text().strip()
+    name = _pointer_name(pointer)
     for aside in sorted(pointer.parent.glob(f".{name}.old-*")) if name else []:
         if (aside / "model.safetensors").is_file():
             return aside
@@ -135,6 +148,8 @@ def find_checkpoint(run_dir: str | os.PathLike, which: str = "best") -> Path:
         if name is None:
             raise UserError("no checkpoint found (is this a training run directory?)", str(run_dir))
         return root / name
+    if not _STEP.fullmatch(which):
+        raise UserError(f"--checkpoint must be best, last or step-NNNNNNNN, not {which!r}", str(run_dir))
     path = root / which
     if not path.is_dir():
         raise UserError(f"no checkpoint {which!r}", str(run_dir))
@@ -151,11 +166,37 @@ def load_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise UserError(f"not a valid safetensors file ({str(err).splitlines()[0]})", path) from None
 
 
+# what save_checkpoint's trainer state holds (training.Trainer._trainer_state), with its types
+TRAINER_STATE = {"optimizer": dict, "step": int, "epoch": int, "batch_in_epoch": int,
+                 "elapsed": (int, float), "best_ppl": (int, float), "rng": torch.Tensor}
+
+
 def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
+    """The optimizer, progress and RNG state of a checkpoint. Read with ``weights_only=True``:
+    tensors, numbers, strings and containers only, so a crafted ``trainer.pt`` cannot run code
+    (a plain pickle would execute whatever its ``__reduce__`` names)."""
     path = ckpt_dir / "trainer.pt"
+    if path.is_dir():
+        raise UserError("is a directory, expected the trainer state file", str(path))
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise UserError("checkpoint has no trainer state (cannot resume)", str(path)) from None
-    except Exception as err:  # torch.load raises many types on corrupt files
-        raise UserError(f"corrupt trainer state ({type(err).__name__})", str(path)) from None
+    except Exception as err:  # torch.load raises many types on corrupt or foreign files
+        reason = str(err).strip().splitlines()[0][:120] if str(err).strip() else ""
+        raise UserError(f"not a trainer state attnmt wrote ({type(err).__name__}"
+                        f"{': ' + reason if reason else ''})", str(path)) from None
+    if not isinstance(state, dict):
+        raise UserError(f"not a trainer state attnmt wrote (a {type(state).__name__})", str(path))
+    return state
+
+
+def check_trainer_state(state: dict, path: Path) -> dict:
+    """``state`` if it holds what resuming reads (``TRAINER_STATE``), else a one-line error."""
+    for key, typ in TRAINER_STATE.items():
+        if key not in state:
+            raise UserError(f"trainer state lacks {key!r} (cannot resume)", str(path))
+        if not isinstance(state[key], typ) or isinstance(state[key], bool):
+            raise UserError(f"trainer state {key!r} has the wrong type "
+                            f"({type(state[key]).__name__})", str(path))
+    return state

@@ -69,6 +69,11 @@ def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer | None, Tokenizer |
     """A run directory's config, source tokenizer (None for LMs) and target tokenizer (the label
     set of a classifier)."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        why = "is a file, not a run directory" if run_dir.exists() else "no such run directory"
+        raise UserError(why, str(run_dir))
+    if (run_dir / "config.yaml").is_dir():
+        raise UserError("is a directory, expected the run's config file", str(run_dir / "config.yaml"))
     if not (run_dir / "config.yaml").is_file():
         raise UserError("not a training run directory (no config.yaml: file not found)", str(run_dir))
     cfg = load_config(run_dir / "config.yaml")

@@ -42,6 +42,9 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
 def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os.PathLike) -> Path:
     """Average the ``last`` newest checkpoints of ``run_dir`` into the new run ``out_dir``."""
     run, out = Path(run_dir), Path(out_dir)
+    model = model_for(*read_run(run))  # the run's config and tokenizers first: is it a run at all?
+    if out.exists() and not out.is_dir():
+        raise UserError("--out must be a new run directory, not a file", str(out))
     ckpts = list_checkpoints(run)
     if not ckpts:
         raise UserError("no checkpoints found (is this a training run directory?)", str(run))
@@ -53,7 +56,6 @@ def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os
         raise UserError("--out must differ from --model", str(out))
     chosen = ckpts[-last:]
     avg = average_state_dicts([load_weights(c / "model.safetensors") for c in chosen])
-    model = model_for(*read_run(run))
     load_weights_into(model, avg, str(run))
     out.mkdir(parents=True, exist_ok=True)
     for name in _RUN_FILES:

@@ -13,14 +13,17 @@ checkpoint, and ``--resume`` continues from it with the same batch order and RNG
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import shutil
 import signal
+import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,9 +32,11 @@ from tqdm import tqdm
 from attnmt.config import Config, load_config, save_config
 from attnmt.data.batching import Batch, iterate_batches, make_batches
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 from attnmt.models import build_model
 from attnmt.models.common import loss_units, model_loss, token_loss
 from attnmt.runs.checkpoint import (
+    check_trainer_state,
     find_checkpoint,
     load_trainer_state,
     load_weights,
@@ -130,10 +135,8 @@ class Trainer:
             torch.set_num_threads(t.threads)
         torch.manual_seed(t.seed + self.dist.rank)
         resuming = resume and (run_dir / "checkpoints" / "LAST").exists()
-        if self.dist.main:
+        if self.dist.main:  # config.yaml is written by run_training once all of this worked
             run_dir.mkdir(parents=True, exist_ok=True)
-            if not resuming:
-                save_config(cfg, run_dir / "config.yaml")
         self.data: TaskData = prepare_data(
             cfg, run_dir, create_tokenizers=self.dist.main and not resuming, sync=self.dist.barrier
         )
@@ -170,13 +173,18 @@ class Trainer:
     def _resume(self) -> None:
         ckpt = find_checkpoint(self.run_dir, "last")
         self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
-        state = load_trainer_state(ckpt)
-        self.optimizer.load_state_dict(state["optimizer"])
+        state = check_trainer_state(load_trainer_state(ckpt), ckpt / "trainer.pt")
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as err:
+            raise UserError(f"trainer state does not fit this run ({type(err).__name__}: "
+                            f"{str(err).splitlines()[0] if str(err) else ''})",
+                            str(ckpt / "trainer.pt")) from None
         self.step, self.epoch = state["step"], state["epoch"]
         self.batch_in_epoch, self.elapsed = state["batch_in_epoch"], state["elapsed"]
         self.best_ppl = state["best_ppl"]
         self.tokens = state.get("tokens", 0)
-        torch.set_rng_state(state["rng"])
         if torch.cuda.is_available() and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.log({"event": "resume", "checkpoint": ckpt.name, "step": self.step})
@@ -203,7 +211,7 @@ class Trainer:
             return
         record = {"time": round(time.time(), 3), **record}
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(dumps(record) + "\n")  # valid JSON: an infinite best_ppl is null
 
     # -- validation ----------------------------------------------------------------------------
     def validate(self) -> dict | None:
@@ -231,9 +239,7 @@ class Trainer:
         return batches
 
     def _install_signal_handlers(self) -> None:
-        def request_stop(signum, frame):
-            self.stop_requested = True
-
+        request_stop = stop_handler(self)
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 signal.signal(sig, request_stop)
@@ -380,19 +386,59 @@ class Trainer:
         return summary
 
 
+def stop_handler(trainer) -> Callable[[int, Any], None]:
+    """The SIGINT/SIGTERM handler: stop after the current update and write a final checkpoint.
+    A second SIGINT (Ctrl-C again) stops at once: KeyboardInterrupt, exit status 130; the last
+    checkpoint on disk stays as it is (checkpoints are written atomically)."""
+
+    def request_stop(signum, frame):
+        if trainer.stop_requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        if signum == signal.SIGINT:
+            print("\nattnmt: stopping after this update (Ctrl-C again: stop now)", file=sys.stderr)
+
+    return request_stop
+
+
 def run_training(config_path: str | None, run_dir: str, overrides: list[str], resume: bool) -> dict:
     run = Path(run_dir)
+    if run.exists() and not run.is_dir():
+        raise UserError("--out must be a run directory, not a file", run_dir)
     saved = run / "config.yaml"
     has_ckpt = (run / "checkpoints" / "LAST").exists()
     if has_ckpt and not resume:
         raise UserError("run directory already has checkpoints; pass --resume or use a new --out", run_dir)
-    if resume and has_ckpt:
+    if resume and (has_ckpt or config_path is None):
+        # without a checkpoint (killed before the first) the run starts again from its config
+        if not saved.is_file():
+            raise UserError("nothing to resume (no checkpoint, no config.yaml); give a CONFIG", run_dir)
         cfg = load_config(saved, overrides)
     elif config_path is None:
         raise UserError("a CONFIG file is needed to start a new run")
     else:
         cfg = load_config(config_path, overrides)
-    trainer = Trainer(cfg, run, resume=resume)
-    if resume and has_ckpt and overrides and trainer.dist.main:
-        save_config(cfg, saved)  # e.g. a longer budget given on resume
+    existed = run.exists()
+    fresh = not existed or not any(run.iterdir())  # a failed start may remove what it wrote
+    try:
+        trainer = Trainer(cfg, run, resume=resume)
+    except BaseException:
+        if fresh and run.is_dir():
+            _clear(run, remove=not existed)
+        raise
+    if trainer.dist.main and (not has_ckpt or overrides):
+        save_config(cfg, saved)  # once training starts; on resume e.g. a longer budget
     return trainer.train()
+
+
+def _clear(run: Path, remove: bool) -> None:
+    """Undo a failed start: the run directory this call created, or the contents it gave an
+    empty one (tokenizers, an estimated n-gram model)."""
+    if remove:
+        shutil.rmtree(run, ignore_errors=True)
+        return
+    for child in run.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
