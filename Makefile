@@ -26,7 +26,7 @@ setup: $(STAMP)/setup
 
 demo: setup
 ifeq ($(CORPUS),)
-	$(PYTHON) -m attnmt data bible --out data/bible
+	$(PYTHON) -m attnmt data bible --out data/bible --install
 endif
 	$(PYTHON) -m attnmt train $(CONFIG) --out $(RUN) --resume --max-time $(BUDGET) \
 	    --set data.train=$(DATA)/train --set data.dev=$(DATA)/dev --set data.src=$(SRC) --set data.tgt=$(TGT)

@@ -339,13 +339,13 @@ def test_add_user_domain_idempotent_and_errors(tmp_path):
 
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\nbad \xff byte\n")
-    with pytest.raises(UserError, match=r"bad\.txt:2: not UTF-8"):
+    with pytest.raises(UserError, match=r"bad\.txt:2: invalid UTF-8"):
         domains.build_domains(out, domains=[], added=[("bad", bad)], say=quiet)
     short = tmp_path / "short.txt"
     short.write_text("one\ntwo\n", "utf-8")
     with pytest.raises(UserError, match="need at least"):
         domains.build_domains(out, domains=[], added=[("short", short)], say=quiet)
-    with pytest.raises(UserError, match="no such file"):
+    with pytest.raises(UserError, match="nope.txt: file not found"):
         domains.build_domains(out, domains=[], added=[("x", tmp_path / "nope.txt")], say=quiet)
     for spec in ("noequals", "man=x.txt", "=x.txt", "a b=x.txt"):
         with pytest.raises(UserError):
@@ -431,3 +431,99 @@ def test_builtin_domain_output_does_not_depend_on_other_domains(tmp_path, monkey
         assert (tmp_path / "a" / "pydoc" / f).read_bytes() == (tmp_path / "b" / "pydoc" / f).read_bytes()
     info = outputs.read_manifest(tmp_path / "a" / "pydoc")["info"]
     assert info["versions"] == {"python3.11-doc": "1.0"}
+
+
+# -- no system changes unless asked (issue 14) ---------------------------------------------------------------
+class _FakeApt:
+    """Records the commands debian._run would run; apt-get download 'fetches' a .deb into cwd."""
+
+    def __init__(self, fail_first: bool = False):
+        self.calls: list[list[str]] = []
+        self.fail_first = fail_first
+
+    def __call__(self, cmd, cwd=None):
+        import subprocess
+
+        self.calls.append(list(cmd))
+        if self.fail_first and len(self.calls) == 1:
+            return subprocess.CompletedProcess(cmd, 100, "", "E: Unable to locate package x")
+        if "download" in cmd:
+            for pkg in cmd[cmd.index("download") + 1:]:
+                (Path(cwd) / f"{pkg}_1.0-1_all.deb").write_bytes(b"deb")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+def test_missing_packages_are_listed_not_installed(monkeypatch):
+    from attnmt.corpora import debian
+
+    fake = _FakeApt()
+    monkeypatch.setattr(debian, "_run", fake)
+    monkeypatch.setattr(debian, "is_root", lambda: True)
+    with pytest.raises(UserError, match=r"needs the Debian packages a, b; install them \(as root: "
+                                         r"apt-get install a b\) or pass --install"):
+        debian.install_packages(["b", "a"], "attnmt data bible")
+    assert fake.calls == []  # nothing ran: not even apt-get update
+
+
+def test_install_keeps_apts_sandbox(monkeypatch):
+    from attnmt.corpora import debian
+
+    fake = _FakeApt(fail_first=True)
+    monkeypatch.setattr(debian, "_run", fake)
+    monkeypatch.setattr(debian, "is_root", lambda: True)
+    monkeypatch.setattr(debian, "_need_tool", lambda name, package: name)
+    debian.install_packages(["x"], "attnmt data bible", install=True)
+    assert [c[1:] for c in fake.calls] == [
+        ["-q", "install", "-y", "--no-install-recommends", "x"], ["-q", "update"],
+        ["-q", "install", "-y", "--no-install-recommends", "x"]]
+    assert not any("Sandbox" in " ".join(c) for c in fake.calls)
+
+
+def test_downloads_do_not_update_lists_unless_asked_and_use_a_sandbox_folder(monkeypatch, tmp_path):
+    from attnmt.corpora import debian
+
+    fake = _FakeApt(fail_first=True)
+    monkeypatch.setattr(debian, "_run", fake)
+    monkeypatch.setattr(debian, "is_root", lambda: False)
+    monkeypatch.setattr(debian, "_need_tool", lambda name, package: name)
+    with pytest.raises(UserError, match="apt-get update, or pass --install"):
+        debian.download_debs(["manpages"], tmp_path / "debs")
+    assert len(fake.calls) == 1 and list((tmp_path / "debs").iterdir()) == []
+    fake = _FakeApt()
+    monkeypatch.setattr(debian, "_run", fake)
+    debs = debian.download_debs(["manpages"], tmp_path / "debs")
+    assert [d.name for d in debs] == ["manpages_1.0-1_all.deb"]
+    assert sorted(p.name for p in (tmp_path / "debs").iterdir()) == ["manpages_1.0-1_all.deb"]
+
+
+def test_pip_downloads_are_wheels_only(monkeypatch, tmp_path):
+    import subprocess
+
+    from attnmt.corpora import debian
+
+    calls = []
+
+    def pip(cmd, cwd=None):
+        calls.append(list(cmd))
+        dest = Path(cmd[cmd.index("-d") + 1])
+        (dest / "scancode_toolkit-32.0.0-py3-none-any.whl").write_bytes(b"whl")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(debian, "_run", pip)
+    assert debian.pip_download("scancode-toolkit==32.0.0", tmp_path).name.endswith(".whl")
+    assert "--only-binary=:all:" in calls[0] and "--no-deps" in calls[0]
+
+
+def test_data_bible_without_install_names_the_packages(tmp_path, monkeypatch, capsys):
+    from attnmt.cli.main import main
+    from attnmt.corpora import debian
+    from attnmt.corpora.sword import SwordTools
+
+    monkeypatch.setattr(SwordTools, "has_reader", lambda self: False)
+    monkeypatch.setattr(SwordTools, "has_module", lambda self, name: False)
+    ran = []
+    monkeypatch.setattr(debian, "_run", lambda cmd, cwd=None: ran.append(cmd))
+    assert main(["data", "bible", "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "libsword-utils" in err and "--install" in err, err
+    assert ran == [] and not (tmp_path / "b").exists()

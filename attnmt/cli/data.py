@@ -19,8 +19,15 @@ def _sword_args(p: argparse.ArgumentParser) -> None:
                    help="SWORD module reader (default: mod2imp from libsword-utils)")
     p.add_argument("--sword-path", default=None, metavar="DIR",
                    help="SWORD module directory (default: the system's, /usr/share/sword)")
-    p.add_argument("--no-install", action="store_true",
-                   help="never apt-get install missing packages; fail instead")
+    _install_arg(p)
+
+
+def _install_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--install", action="store_true",
+                   help="apt-get install missing Debian packages (as root; runs apt-get update if "
+                   "the lists are stale). Without it nothing on the system changes: a missing "
+                   "package stops the build with a message naming it")
+    p.add_argument("--no-install", action="store_false", dest="install", help=argparse.SUPPRESS)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -55,7 +62,7 @@ def run_bible(args: argparse.Namespace) -> int:
         args.out,
         english=args.english,
         tools=SwordTools(args.mod2imp, args.sword_path),
-        install=not args.no_install,
+        install=args.install,
         force=args.force,
     )
     print(f"attnmt: data bible done in {time.time() - t0:.0f} s", file=sys.stderr)
@@ -119,8 +126,7 @@ def _add_domains(sub: argparse._SubParsersAction) -> None:
                    "(default: built in DIR/cache/bible)")
     p.add_argument("--mod2imp", default="mod2imp", metavar="PATH",
                    help="SWORD module reader (default: mod2imp from libsword-utils)")
-    p.add_argument("--no-install", action="store_true",
-                   help="never apt-get install missing tools; fail instead")
+    _install_arg(p)
     p.set_defaults(func=run_domains)
 
 
@@ -137,7 +143,7 @@ def run_domains(args: argparse.Namespace) -> int:
         added=[parse_add(a) for a in args.add],
         bible_dir=args.bible,
         force=args.force,
-        install=not args.no_install,
+        install=args.install,
         mod2imp=args.mod2imp,
     )
     print(f"attnmt: data domains done in {time.time() - t0:.0f} s", file=sys.stderr)

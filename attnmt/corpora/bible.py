@@ -168,8 +168,9 @@ def read_module(tools: SwordTools, name: str) -> dict[str, Verse]:
     return {k: Verse(k, texts[k], parsed[k][1]) for k in sort_keys(list(parsed))}
 
 
-def ensure_sources(tools: SwordTools, names: list[str], install: bool = True) -> None:
-    """Make sure the reader and the modules are there; apt-get install them if we may."""
+def ensure_sources(tools: SwordTools, names: list[str], install: bool = False) -> None:
+    """Make sure the reader and the modules are there; apt-get install them only if the user
+    asked (``install``), else say which packages are missing."""
     missing = [MODULES[n][1] for n in names if not tools.has_module(MODULES[n][0])]
     if not tools.has_reader():
         missing.append(READER_PACKAGE)
@@ -178,10 +179,10 @@ def ensure_sources(tools: SwordTools, names: list[str], install: bool = True) ->
     custom = tools.mod2imp != "mod2imp" or tools.sword_path is not None
     if custom and not tools.has_reader():
         raise UserError(f"SWORD reader not found: {tools.mod2imp} (Debian package libsword-utils)")
-    if not install or custom:
+    if custom:
         where = tools.module_dir()
         raise UserError(f"missing SWORD sources: {', '.join(missing)} (Debian packages)", where)
-    debian.install_packages(missing, "attnmt data bible")
+    debian.install_packages(missing, "attnmt data bible", install)
     still = [MODULES[n][0] for n in names if not tools.has_module(MODULES[n][0])]
     if still or not tools.has_reader():
         raise UserError(f"apt-get install did not provide {', '.join(still) or tools.mod2imp}")
@@ -287,7 +288,7 @@ def build_bible(
     out: str | Path,
     english: str = "web",
     tools: SwordTools | None = None,
-    install: bool = True,
+    install: bool = False,
     force: bool = False,
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> dict:

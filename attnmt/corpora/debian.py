@@ -1,9 +1,14 @@
 """Getting corpus sources from the Debian archive and PyPI with their ordinary clients.
 
-Tools (the SWORD reader) are installed with ``apt-get install`` when we are root; data packages
-for the domain corpora are fetched with ``apt-get download`` and unpacked privately with
-``dpkg-deb -x`` (no system install, and it works on slim images whose dpkg config drops
-/usr/share/man and /usr/share/doc). Every failure a user can fix is a :class:`UserError`.
+Nothing here changes the system unless the user asked for it (``--install``): without it, a
+missing tool is a one-line error that lists the Debian packages to install. With it, tools (the
+SWORD reader, groff) are installed with ``apt-get install`` as root, after ``apt-get update`` if the
+package lists are stale. Data packages for the domain corpora are fetched with ``apt-get download``
+and unpacked privately with ``dpkg-deb -x`` (no system install, no maintainer scripts, and it works
+on slim images whose dpkg config drops /usr/share/man and /usr/share/doc); apt keeps its sandbox:
+downloads run as the unprivileged ``_apt`` user into a folder it may write. Python packages are
+fetched with ``pip download --only-binary=:all:`` (wheels only: no build code of a source package
+runs). Every failure a user can fix is a :class:`UserError`.
 """
 
 from __future__ import annotations
@@ -13,15 +18,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from attnmt.errors import UserError
 
 _ENV = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-# apt drops privileges to _apt for downloads; into a root-owned cache that only warns, so say
-# up front that root may write there.
-_APT_OPTS = ["-q", "-o", "APT::Sandbox::User=root"]
+_APT_OPTS = ["-q"]  # apt's own privilege drop (APT::Sandbox::User=_apt) stays on
+_SANDBOX_USER = "_apt"
 
 
 def _run(cmd: Sequence[str], cwd: str | Path | None = None) -> subprocess.CompletedProcess:
@@ -45,42 +50,68 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def _with_update(cmd: list[str], what: str, cwd: str | Path | None = None) -> None:
-    """Run an apt command; if it fails (often: empty or stale package lists), run
-    ``apt-get update`` once and retry."""
+def _with_update(cmd: list[str], what: str, cwd: str | Path | None = None, update: bool = False) -> None:
+    """Run an apt command; if it fails (often: empty or stale package lists) and ``update`` (the
+    user passed --install), run ``apt-get update`` once as root and retry."""
     proc = _run(cmd, cwd)
     if proc.returncode == 0:
         return
-    if is_root():
+    if update and is_root():
         _run([_need_tool("apt-get", "apt"), *_APT_OPTS, "update"])
         proc = _run(cmd, cwd)
         if proc.returncode == 0:
             return
-    raise UserError(f"{what} failed: {_last_line(proc)}")
+    stale = "" if update else " (if the package lists are stale: apt-get update, or pass --install)"
+    raise UserError(f"{what} failed: {_last_line(proc)}{stale}")
 
 
-def install_packages(packages: Sequence[str], why: str) -> None:
-    """``apt-get install`` the packages (root only; otherwise say what to install)."""
+def install_packages(packages: Sequence[str], why: str, install: bool = False) -> None:
+    """``apt-get install`` the packages if the user asked for it (``install``, as root);
+    otherwise a one-line error that lists them."""
     pkgs = sorted(set(packages))
     if not pkgs:
         return
     hint = "apt-get install " + " ".join(pkgs)
+    if not install:
+        raise UserError(f"{why} needs the Debian packages {', '.join(pkgs)}; install them "
+                        f"(as root: {hint}) or pass --install")
     if not is_root():
         raise UserError(f"{why} needs Debian packages {', '.join(pkgs)}; as root run: {hint}")
     apt = _need_tool("apt-get", "apt")
     print(f"attnmt: installing {' '.join(pkgs)} (apt-get)", file=sys.stderr)
-    _with_update([apt, *_APT_OPTS, "install", "-y", "--no-install-recommends", *pkgs], hint)
+    _with_update([apt, *_APT_OPTS, "install", "-y", "--no-install-recommends", *pkgs], hint,
+                 update=True)
 
 
-def download_debs(packages: Sequence[str], dest: str | Path) -> list[Path]:
+def _download_dir(dest: Path) -> Path:
+    """A fresh folder under ``dest`` that apt's unprivileged download user may write (so apt
+    need not fall back to downloading as root)."""
+    tmp = Path(tempfile.mkdtemp(prefix=".apt-download-", dir=dest))
+    if is_root():
+        try:
+            shutil.chown(tmp, user=_SANDBOX_USER)
+        except (LookupError, OSError):  # no _apt user (not Debian's apt): apt says so itself
+            pass
+    return tmp
+
+
+def download_debs(packages: Sequence[str], dest: str | Path, update: bool = False) -> list[Path]:
     """``apt-get download`` the packages' .deb files into ``dest`` (kept as a cache: a package
-    whose .deb is already there is not fetched again). Returns the .deb paths, in order."""
+    whose .deb is already there is not fetched again). Returns the .deb paths, in order.
+    ``update``: the user passed --install, so stale package lists may be refreshed."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     missing = [p for p in packages if not list(dest.glob(f"{p}_*.deb"))]
     if missing:
         apt = _need_tool("apt-get", "apt")
-        _with_update([apt, *_APT_OPTS, "download", *missing], "apt-get download " + " ".join(missing), dest)
+        tmp = _download_dir(dest)
+        try:
+            _with_update([apt, *_APT_OPTS, "download", *missing], "apt-get download " + " ".join(missing),
+                         tmp, update)
+            for deb in tmp.glob("*.deb"):
+                os.replace(deb, dest / deb.name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     out = []
     for p in packages:
         debs = sorted(dest.glob(f"{p}_*.deb"))
@@ -116,7 +147,8 @@ def python_doc_package() -> str:
 
 
 def pip_download(requirement: str, dest: str | Path) -> Path:
-    """``pip download --no-deps`` one wheel into ``dest`` (cached); returns the wheel path."""
+    """``pip download --no-deps --only-binary=:all:`` one wheel into ``dest`` (cached; a source
+    package is refused, so none of its build code runs); returns the wheel path."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     name = re.split(r"[=<>!~\[ ]", requirement, maxsplit=1)[0].replace("-", "_").lower()
@@ -129,7 +161,8 @@ def pip_download(requirement: str, dest: str | Path) -> Path:
         )
 
     if not found():
-        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest), requirement]
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+               "-d", str(dest), requirement]
         proc = _run(cmd)
         if proc.returncode != 0:
             raise UserError(f"pip download {requirement} failed: {_last_line(proc)}")

