@@ -35,7 +35,7 @@ def test_bleu_by_length():
     assert by["<10"]["sentences"] == 1 and by["10-20"]["sentences"] == 2 and by["50+"]["sentences"] == 1
     assert by["10-20"]["sys"] == pytest.approx(100.0) and by["50+"]["sys"] < 10
     assert all(r["ref"] == pytest.approx(100.0) for r in rows if r["sentences"])
-    assert math.isnan(by["20-30"]["sys"]) and by["20-30"]["sentences"] == 0
+    assert by["20-30"]["sys"] is None and by["20-30"]["sentences"] == 0  # labelled empty, not nan
 
 
 def test_cli_lengths_writes_tables_and_png(tmp_path, capsys):

@@ -51,6 +51,8 @@ def test_training_corpus_errors(tmp_path, capsys):
 
 
 def test_translate_errors(tmp_path, capsys):
+    _fails(capsys, ["translate", "--model", str(tmp_path), "--input", str(tmp_path / "x")], "x: file not found")
+    (tmp_path / "x").write_text("a cat\n")  # the input is checked first, then the run
     _fails(capsys, ["translate", "--model", str(tmp_path), "--input", str(tmp_path / "x")], "config.yaml", "not found")
 
 

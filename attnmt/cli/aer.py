@@ -7,7 +7,8 @@ Alignment error rate, precision and recall of Pharaoh alignments (``i-j``) again
 from __future__ import annotations
 
 import argparse
-import json
+
+from attnmt.jsonio import dumps
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,6 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.eval.alignment import aer, read_alignments
 
     hyp = [possible for _, possible in read_alignments(args.alignments)]
-    result = aer(hyp, read_alignments(args.gold)).as_dict()
-    print(json.dumps(result) if args.json else " ".join(f"{k}={v}" for k, v in result.items()))
+    result = aer(hyp, read_alignments(args.gold), (args.alignments, args.gold)).as_dict()
+    print(dumps(result) if args.json else " ".join(f"{k}={v}" for k, v in result.items()))
     return 0

@@ -8,8 +8,10 @@ Pharaoh format (0-based ``i-j``: source word i, target word j); with --gold also
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,22 +33,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import read_lines, write_lines
+    from attnmt.data.corpus import check_output, read_lines, write_lines
     from attnmt.decode.ensemble import load_members
     from attnmt.eval.alignment import aer, force_align, pharaoh, read_alignments
 
     src, tgt = read_lines(args.src), read_lines(args.tgt)
+    if len(src) != len(tgt):
+        raise UserError(f"line counts differ: {args.src} has {len(src)} lines, {args.tgt} has {len(tgt)}")
+    if not any(s.strip() and t.strip() for s, t in zip(src, tgt)):
+        raise UserError(f"no sentence pair to align in {args.src} and {args.tgt} (every pair has an "
+                        "empty side)")
     gold = read_alignments(args.gold) if args.gold else None
+    if gold is not None and len(gold) != len(src):
+        raise UserError(f"line counts differ: {args.gold} has {len(gold)} lines, {args.src} has {len(src)}")
+    if args.output:
+        check_output(args.output, [args.src, args.tgt, args.gold], "--output")
     members = load_members(args.model, args.checkpoint, args.device)
     result = force_align(members, src, tgt, args.timing, args.batch_size)
     lines = [pharaoh(links) for links in result.links]
+    summary = {"sentences": len(lines), "entropy": round(result.mean_entropy, 4),
+               "max_weight": round(result.max_weight, 4)}
+    if gold is not None:  # scored before anything is written: a bad gold file leaves no output
+        summary.update(aer(result.links, gold, (args.output or "the alignments", args.gold)).as_dict())
     if args.output:
         write_lines(args.output, lines)
     else:
         sys.stdout.write("".join(x + "\n" for x in lines))
-    summary = {"sentences": len(lines), "entropy": round(result.mean_entropy, 4),
-               "max_weight": round(result.max_weight, 4)}
-    if gold is not None:
-        summary.update(aer(result.links, gold).as_dict())
-    print("attnmt: align " + json.dumps(summary), file=sys.stderr)
+    print("attnmt: align " + dumps(summary), file=sys.stderr)
     return 0

@@ -16,7 +16,9 @@ import sys
 from pathlib import Path
 
 from attnmt.cli.subcommands import add_group
+from attnmt.data.corpus import atomic_output, check_output
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 
 
 def _model_args(p: argparse.ArgumentParser, what: str) -> None:
@@ -46,7 +48,16 @@ def run_lengths(args: argparse.Namespace) -> int:
     names = args.name or [Path(h).name for h in args.hyp]
     if len(names) != len(args.hyp) or len(set(names)) != len(names):
         raise UserError("give one distinct --name per --hyp")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError("--out must be a directory, not a file", args.out)
     src, ref = read_lines(args.src), read_lines(args.ref)
+    if not any(line.strip() for line in src):
+        raise UserError("no source sentences: nothing to score by length (the file is empty or blank)",
+                        args.src)
+    if len(ref) != len(src):
+        raise UserError(f"has {len(ref)} lines, {args.src} has {len(src)}", args.ref)
+    if not any(line.strip() for line in ref):
+        raise UserError("no reference sentences to score against (the file is blank)", args.ref)
     hyps = {}
     for name, path in zip(names, args.hyp):
         lines = read_lines(path)
@@ -80,6 +91,9 @@ def run_curves(args: argparse.Namespace) -> int:
     labels = args.label or [Path(r).name for r in args.run]
     if len(labels) != len(args.run) or len(set(labels)) != len(labels):
         raise UserError("give one distinct --label per --run")
+    check_output(args.out, flag="--out")
+    if args.csv:
+        check_output(args.csv, [args.out], "--csv")
     plot_curves(dict(zip(labels, args.run)), args.out, args.csv)
     print(f"attnmt: wrote {args.out}", file=sys.stderr)
     return 0
@@ -111,18 +125,21 @@ def run_heatmap(args: argparse.Namespace) -> int:
 
     if not args.input.strip():
         raise UserError("--input is empty")
+    check_output(args.out, flag="--out")
+    if args.csv:
+        check_output(args.csv, [args.out], "--csv")
     member = load_members([args.model], args.checkpoint, args.device)[0]
     found = sentence_attention(member, args.input, args.target, args.beam, args.timing)
-    if found.translation is not None:
-        print(found.translation)
     plot_heatmap(found.rows, found.src_pieces, found.tgt_pieces, args.out,
                  f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {found.timing}")
     if args.csv:
-        with open(args.csv, "w", newline="", encoding="utf-8") as f:
+        with atomic_output(args.csv, newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["target", *found.src_pieces])
             for piece, row in zip(found.tgt_pieces, found.rows.tolist()):
                 writer.writerow([piece, *(f"{x:.4f}" for x in row)])
+    if found.translation is not None:  # printed once the figure is written: no output on failure
+        print(found.translation)
     print(f"attnmt: wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -142,6 +159,8 @@ def _add_windows(sub: argparse._SubParsersAction) -> None:
 def run_windows(args: argparse.Namespace) -> int:
     from attnmt.eval.windows import analyse_windows
 
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UserError("--out must be a directory, not a file", args.out)
     report = analyse_windows(args.model, args.input, args.out, args.checkpoint, args.target)
     if "translation" in report:
         print(report["translation"])
@@ -160,8 +179,6 @@ def _add_window_stats(sub: argparse._SubParsersAction) -> None:
 
 
 def run_window_stats(args: argparse.Namespace) -> int:
-    import json
-
     from attnmt.eval.windows import corpus_window_statistics
 
     if args.limit < 1:
@@ -170,7 +187,7 @@ def run_window_stats(args: argparse.Namespace) -> int:
     if not result["layers"]:
         raise UserError("the model has no window attention (all kinds are standard/relative/localness)", args.model)
     if args.json:
-        print(json.dumps(result))
+        print(dumps(result))
         return 0
     print(f"{result['sentences']} sentences; width = share of keys in the soft window (≈ 0.33 for "
           "position-blind pointers), offset = |window centre − query (self) or diagonal (cross)| / length")
@@ -195,13 +212,11 @@ def _add_classify(sub: argparse._SubParsersAction) -> None:
 
 
 def run_classify(args: argparse.Namespace) -> int:
-    import json
-
-    from attnmt.models.classifier import evaluate_file
+    from attnmt.eval.classify import evaluate_file
 
     result = evaluate_file(args.model, args.input, args.checkpoint, args.group_column)
     if args.json:
-        print(json.dumps(result))
+        print(dumps(result))
         return 0
     print(f"accuracy {result['accuracy']:.4f} (n={result['n']})")
     for group, r in result["by_group"].items():

@@ -49,13 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = args.func(args)
     except UserError as err:
-        print(f"attnmt: error: {err}", file=sys.stderr)
+        print(f"attnmt: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line, always
         return 2
     except KeyboardInterrupt:
         print("attnmt: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as err:
+        # a path that names a directory, a missing folder, no permission, a full disk: the
+        # readers check what they can; this names the file for the rest
+        if err.filename is None:
+            raise
+        where = f"{err.filename} -> {err.filename2}" if err.filename2 else err.filename
+        print(f"attnmt: error: {where}: {err.strerror or err}", file=sys.stderr)
+        return 2
     return int(status or 0)
 
 

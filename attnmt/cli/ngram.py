@@ -6,13 +6,15 @@ attnmt ngram query --model M < sentences          per-word and total log10 score
 from __future__ import annotations
 
 import argparse
-import json
+import io
 import os
 import sys
 import time
+from pathlib import Path
 
 from attnmt.cli.subcommands import add_group
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps
 
 
 def _add_build(cmds: argparse._SubParsersAction) -> None:
@@ -73,6 +75,14 @@ def run_build(args: argparse.Namespace) -> int:
     memory = parse_memory(args.memory)
     if args.temp and not os.path.isdir(args.temp):
         raise UserError("no such directory", args.temp)
+    from attnmt.data.corpus import check_input, check_output
+
+    check_input(args.input)
+    for flag, out in (("--arpa", args.arpa), ("--binary", args.binary)):
+        if out:  # checked before the (long) estimation
+            check_output(out, [args.input], flag)
+    if args.arpa and args.binary and Path(args.arpa).resolve() == Path(args.binary).resolve():
+        raise UserError("--arpa and --binary name the same file", args.arpa)
     tokenizer = None
     if args.vocab_from:
         from attnmt.data.vocab import load_tokenizer
@@ -112,10 +122,13 @@ def _model(path: str):
 def run_ppl(args: argparse.Namespace) -> int:
     from attnmt.ngram.corpus import read_lines
 
+    lines = [line for _, line in read_lines(args.input)]
+    if not any(line.strip() for line in lines):
+        raise UserError("no words to score (the file is empty or blank)", args.input)
     lm = _model(args.model)
-    result = lm.perplexity(line for _, line in read_lines(args.input))
+    result = lm.perplexity(lines)
     if args.json:
-        print(json.dumps(result))
+        print(dumps(result))
     else:
         print(f"ppl={result['ppl']:.4f} ppl_no_eos={result['ppl_no_eos']:.4f} "
               f"ppl_no_oov={result['ppl_no_oov']:.4f} logprob10={result['logprob10']:.4f} "
@@ -124,11 +137,14 @@ def run_ppl(args: argparse.Namespace) -> int:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    from attnmt.data.corpus import iter_stream
     from attnmt.ngram.corpus import split_words
 
     lm = _model(args.model)
     total = 0.0
-    for line in sys.stdin:
+    # checked line by line (invalid UTF-8, NUL bytes of a binary file, over-long lines: file:line)
+    stdin = getattr(sys.stdin, "buffer", None) or io.BytesIO(sys.stdin.read().encode("utf-8"))
+    for _, line in iter_stream(stdin, "<stdin>"):
         words = split_words(line)
         scores = lm.full_scores(words, bos=not args.no_bos, eos=not args.no_eos)
         shown = words + ([] if args.no_eos else ["</s>"])

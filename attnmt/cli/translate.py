@@ -40,29 +40,38 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import read_lines, write_lines
+    from attnmt.data.corpus import check_input, check_output, read_lines, read_stream, write_lines
     from attnmt.decode.ensemble import load_translator
 
     if args.beam < 1 or args.nbest < 1 or args.nbest > max(args.beam, 1):
         raise UserError("--beam and --nbest must be >= 1 and --nbest <= --beam")
     if args.dict and not args.replace_unk:
         raise UserError("--dict needs --replace-unk")
+    if args.max_len_cap < 1 or args.batch_size < 1:
+        raise UserError("--max-len-cap and --batch-size must be at least 1")
+    if not (0 < args.max_len_ratio < float("inf") and 0 <= args.length_penalty < float("inf")):
+        raise UserError("--max-len-ratio must be > 0 and --length-penalty >= 0 (finite numbers)")
+    # outputs are checked before the model loads: a typo should cost nothing
+    if args.input:
+        check_input(args.input)
+    if args.output:
+        check_output(args.output, [args.input], "--output")
+    if args.alignments:
+        check_output(args.alignments, [args.input, args.output], "--alignments")
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
                                  args.ngram, args.alpha)
-    if args.input:
-        lines = read_lines(args.input)
-    else:
-        lines = []
-        for number, raw in enumerate(sys.stdin.buffer, start=1):
-            try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
-            except UnicodeDecodeError:
-                raise UserError("invalid UTF-8", "<stdin>", number) from None
+    lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
     results = translator.translate(
         lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
         length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
         with_attention=bool(args.alignments), max_len_cap=args.max_len_cap, stop=args.stop,
     )
+    cut = next((i for i, hyps in enumerate(results)
+                if hyps and len(hyps[0].tgt_pieces) >= args.max_len_cap), None)
+    if cut is not None:  # an output that stopped at the cap is not a translation
+        raise UserError(f"the translation of line {cut + 1} was cut at --max-len-cap "
+                        f"{args.max_len_cap} pieces; raise --max-len-cap or split the line",
+                        args.input or "<stdin>")
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli
 

@@ -3,15 +3,25 @@
 A parallel corpus is either two aligned files ``PREFIX.SRC`` / ``PREFIX.TGT`` or one TSV file whose
 last two columns are source and target (``key<TAB>src<TAB>tgt`` also works). Problems the user can
 fix are reported as one-line errors naming the file and line: different line counts (both files
-and counts), invalid UTF-8 (file:line), lines over ``MAX_LINE_BYTES`` (file:line). Pairs with an
-empty side are skipped and counted.
+and counts), invalid UTF-8 or NUL bytes (file:line), lines over ``MAX_LINE_BYTES`` (file:line), a
+directory where a file belongs. A UTF-8 byte-order mark at the start of a file is dropped (it is no
+part of the first word). Pairs with an empty side are skipped and counted.
+
+Outputs (``write_lines``, ``atomic_output``) go to a temporary name next to the destination and are
+renamed into place only when complete; on any error the temporary file is removed, so a failed
+command leaves no file behind. ``check_output`` refuses a directory, a missing folder and an output
+that is one of the command's inputs, before any work is done.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from attnmt.errors import UserError
 
@@ -32,22 +42,52 @@ class ReadStats:
         )
 
 
+def check_input(path: str | os.PathLike, what: str = "file") -> str:
+    """``path`` as a string if it is an existing file, else a one-line error."""
+    path = str(path)
+    if os.path.isdir(path):
+        raise UserError(f"is a directory, expected a {what}", path)
+    if not os.path.exists(path):
+        raise UserError(f"{what} not found", path)
+    return path
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """All lines of a UTF-8 text file, without line endings; errors name file:line."""
-    path = str(path)
-    if not os.path.exists(path):
-        raise UserError("file not found", path)
-    out = []
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if len(raw) > MAX_LINE_BYTES:
-                raise UserError(f"line is {len(raw)} bytes, over the {MAX_LINE_BYTES} limit", path, number)
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise UserError(f"invalid UTF-8 at byte {err.start}", path, number) from None
-            out.append(text.rstrip("\r\n"))
-    return out
+    path = check_input(path)
+    try:
+        with open(path, "rb") as f:
+            return read_stream(f, path)
+    except PermissionError:
+        raise UserError("permission denied", path) from None
+
+
+def iter_stream(stream: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a binary stream of UTF-8 lines; memory stays bounded by
+    ``MAX_LINE_BYTES`` even for a file without newlines. ``name`` is used in error messages."""
+    number = 0
+    while True:
+        raw = stream.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise UserError(f"line is over the {MAX_LINE_BYTES}-byte limit", name, number)
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8) :]
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            raise UserError(f"NUL byte at byte {nul} (a binary file, or UTF-16?)", name, number)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(f"invalid UTF-8 at byte {err.start}", name, number) from None
+        yield number, text.rstrip("\r\n")
+
+
+def read_stream(stream: BinaryIO, name: str) -> list[str]:
+    """All lines of a binary stream (e.g. ``sys.stdin.buffer``), checked like ``read_lines``."""
+    return [text for _, text in iter_stream(stream, name)]
 
 
 def parallel_paths(prefix: str, src: str, tgt: str) -> tuple[str, str] | str:
@@ -95,11 +135,57 @@ def read_parallel(prefix: str, src: str, tgt: str) -> tuple[list[str], list[str]
     return keep_src, keep_tgt, stats
 
 
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def check_output(
+    path: str | os.PathLike, inputs: list[str | os.PathLike | None] | tuple = (), flag: str = ""
+) -> Path:
+    """A file the command may write: not a directory, in an existing folder, none of ``inputs``.
+    Call it before the work starts, so a typo costs nothing."""
+    path = Path(path)
+    what = f"{flag} " if flag else ""
+    if path.is_dir():
+        raise UserError(f"{what}is a directory; give a file name", str(path))
+    parent = path.parent
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise UserError(f"{what}cannot be written: folder {parent} {why}", str(path))
+    for other in inputs:
+        if other is not None and _same_file(path, other):
+            raise UserError(f"{what}would overwrite the input {other}", str(path))
+    return path
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path next to ``path`` to write to; renamed to ``path`` when the block ends
+    normally, deleted when it raises (nothing half-written is left)."""
+    path = check_output(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_output(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator:
+    """``open`` for writing through ``atomic_path``."""
+    if "b" not in mode:
+        kwargs.setdefault("encoding", "utf-8")
+    with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as f:
+        yield f
+
+
 def write_lines(path: str | os.PathLike, lines: list[str]) -> None:
     """Write lines atomically (temporary file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_output(path) as f:
         for line in lines:
             f.write(line + "\n")
-    os.replace(tmp, path)

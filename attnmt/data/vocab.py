@@ -195,9 +195,20 @@ def load_tokenizer(run_dir: str | os.PathLike, side: str) -> Tokenizer:
     run_dir = Path(run_dir)
     spm_file = run_dir / f"{side}.spm.model"
     vocab_file = run_dir / f"{side}.vocab"
+    if not run_dir.is_dir():
+        why = "is a file, expected a run directory" if run_dir.exists() else "no such run directory"
+        raise UserError(why, str(run_dir))
     if spm_file.exists():
-        return SentencePieceTokenizer(spm_file)
+        if not spm_file.is_file():
+            raise UserError("is not a file", str(spm_file))
+        try:
+            return SentencePieceTokenizer(spm_file)
+        except (RuntimeError, OSError) as err:  # sentencepiece's message for a junk file
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(f"not a sentencepiece model ({reason})", str(spm_file)) from None
     if vocab_file.exists():
+        if not vocab_file.is_file():
+            raise UserError("is not a file", str(vocab_file))
         try:
             lines = vocab_file.read_text(encoding="utf-8").split("\n")
         except UnicodeDecodeError as err:

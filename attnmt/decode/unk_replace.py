@@ -75,6 +75,8 @@ def load_dictionary(path: str, rank: Callable[[str], tuple] | None = None) -> di
         if len(cols) != 2 or not cols[0].strip() or not cols[1].strip():
             raise UserError("expected 'source<TAB>target'", path, number)
         candidates.setdefault(cols[0].strip(), []).append(cols[1].strip())
+    if not candidates:  # replacing with an empty dictionary would silently copy every word
+        raise UserError("no 'source<TAB>target' entries in the dictionary", path)
     if rank is None:
         return {word: options[0] for word, options in candidates.items()}
     # min() keeps the first of equally ranked entries

@@ -73,10 +73,15 @@ class AERResult:
         return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.__dict__.items()}
 
 
-def aer(hyp: list[Links], gold: list[tuple[Links, Links]]) -> AERResult:
-    """Corpus AER of hypothesis links against gold (sure, possible) links, sentence by sentence."""
+def aer(hyp: list[Links], gold: list[tuple[Links, Links]], names: tuple[str, str] = ("hypothesis", "gold")
+        ) -> AERResult:
+    """Corpus AER of hypothesis links against gold (sure, possible) links, sentence by sentence.
+    ``names`` (the two files) only serve the error messages."""
     if len(hyp) != len(gold):
-        raise UserError(f"alignment files differ in length: {len(hyp)} hypothesis lines, {len(gold)} gold lines")
+        raise UserError(f"alignment files differ in length: {names[0]} has {len(hyp)} lines, "
+                        f"{names[1]} has {len(gold)}")
+    if not any(s or p for s, p in gold):  # AER 0 of nothing is no result
+        raise UserError("no gold links to score against (empty alignments)", names[1])
     a_total = s_total = p_total = a_s = a_p = 0
     for a, (s, p) in zip(hyp, gold):
         p = p | s
@@ -118,6 +123,8 @@ def force_align(
     members (an ensemble) their word-level attention matrices are averaged before the argmax."""
     if len(src_lines) != len(tgt_lines):
         raise UserError(f"line counts differ: {len(src_lines)} source lines, {len(tgt_lines)} target lines")
+    if not any(s.strip() and t.strip() for s, t in zip(src_lines, tgt_lines)):
+        raise UserError("no sentence pair to align (every pair has an empty side)")
     tgt_tok = members[0].tgt_tok
     lower = members[0].cfg.data.lowercase
     tgt_split = [tgt_tok.split_with_words(t.lower() if lower else t) for t in tgt_lines]

@@ -237,8 +237,11 @@ def run_luong(s: Settings) -> str:
         raise UserError(f"unknown rows {', '.join(unknown)} (known: {', '.join(ROW_NAMES)})")
     if s.threads > 0:
         torch.set_num_threads(s.threads)
-    s.out.mkdir(parents=True, exist_ok=True)
-    read_parallel(s.train, s.src, s.tgt)  # fail early on a bad corpus
+    from attnmt.config import Config, apply_overrides
+
+    apply_overrides(Config(), list(s.extra))  # fail early (before writing anything) on a bad --set,
+    read_parallel(s.train, s.src, s.tgt)  # a bad corpus
+    read_parallel(s.dev, s.src, s.tgt)
     if s.dictionary and any(r.unk for r in ROWS if r.name in s.rows):
         from attnmt.decode.unk_replace import load_dictionary
 
@@ -246,6 +249,7 @@ def run_luong(s: Settings) -> str:
     src, ref, _ = read_parallel(s.test, s.src, s.tgt)
     if s.test_lines:
         src, ref = src[: s.test_lines], ref[: s.test_lines]
+    s.out.mkdir(parents=True, exist_ok=True)
     write_lines(s.out / f"test.{s.src}", src)
     write_lines(s.out / f"test.{s.tgt}", ref)
     chosen = [r for r in ROWS if r.name in s.rows]

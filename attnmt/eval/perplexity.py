@@ -180,16 +180,17 @@ def perplexity_report(
 def run_perplexity(run_dir: str, src_path: str | None, ref_path: str, device: str = "auto") -> dict:
     """{"ppl", "tokens"} of the best checkpoint on ``ref_path`` (given ``src_path`` for a
     translation run), as the run decodes (its n-gram setting included)."""
+    refs = read_lines(ref_path)  # the files first: a typo should not cost a model load
+    given = read_lines(src_path) if src_path else None
     run = load_run(run_dir, "best", device)
-    refs = read_lines(ref_path)
     srcs = None
     if run.cfg.task == "translate":
-        if not src_path:
+        if given is None:
             raise UserError("--src is needed for a translation model's perplexity")
-        srcs = read_lines(src_path)
+        srcs = given
         if len(srcs) != len(refs):
             raise UserError(f"line counts differ: {src_path} has {len(srcs)} lines, {ref_path} has {len(refs)}")
-    src, tgt, words = _task_texts(run, srcs, refs, ref_path)
+    src, tgt, words = _task_texts(run, srcs, refs, ref_path if srcs is None else f"{src_path}, {ref_path}")
     ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
     row = perplexities(unwrap(run.model), ngram, [configured_setting(run.model)], src, tgt, words,
                        run.device, 4000)[0]

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib
@@ -22,20 +23,30 @@ from attnmt.errors import UserError
 
 def read_log(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """(step, perplexity) points of a run's log.jsonl: {"train": [...], "valid": [...]}."""
+    from attnmt.data.corpus import read_lines
+
+    if not Path(run_dir).is_dir():
+        raise UserError("not a run directory", str(run_dir))
     path = Path(run_dir) / "log.jsonl"
     if not path.exists():
         raise UserError("no training log (log.jsonl) in this run directory", str(run_dir))
     curves: dict[str, list[tuple[int, float]]] = {"train": [], "valid": []}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError("not a JSON record", str(path), number) from None
+        if not isinstance(rec, dict):
+            raise UserError("not a JSON object", str(path), number)
+        if rec.get("event") in curves and "step" in rec and "ppl" in rec:
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise UserError("not a JSON record", str(path), number) from None
-            if rec.get("event") in curves and "step" in rec and "ppl" in rec:
-                curves[rec["event"]].append((int(rec["step"]), float(rec["ppl"])))
+                point = (int(rec["step"]), float(rec["ppl"]))
+            except (TypeError, ValueError):
+                raise UserError("step and ppl must be numbers", str(path), number) from None
+            if point[1] == point[1]:  # a NaN perplexity has no place on a log scale
+                curves[rec["event"]].append(point)
     return curves
 
 
@@ -64,15 +75,16 @@ def plot_curves(runs: dict[str, str | Path], out: str | Path, csv_out: str | Pat
     ax.legend(fontsize=8)
     _save(fig, out)
     if csv_out:
-        Path(csv_out).write_text("run,kind,step,ppl\n" + "".join(f"{a},{b},{c},{d:.4f}\n" for a, b, c, d in rows),
-                                 encoding="utf-8")
+        from attnmt.data.corpus import write_lines
+
+        write_lines(csv_out, ["run,kind,step,ppl"] + [f"{a},{b},{c},{d:.4f}" for a, b, c, d in rows])
 
 
 def plot_lengths(rows: list[dict], systems: list[str], out: str | Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     labels = [r["bucket"] for r in rows]
     for k, name in enumerate(systems):
-        ys = [r[name] for r in rows]
+        ys = [math.nan if r[name] is None else r[name] for r in rows]  # empty buckets: gaps
         ax.plot(range(len(rows)), ys, marker="o", color=f"C{k % 10}", label=name)
     ax.set_xticks(range(len(rows)), [f"{lab}\n(n={r['sentences']})" for lab, r in zip(labels, rows)], fontsize=8)
     ax.set_xlabel("source sentence length (words)")
@@ -100,11 +112,18 @@ def plot_heatmap(attention: torch.Tensor, src_labels: list[str], tgt_labels: lis
 
 
 def _save(fig, out: str | Path) -> None:
+    from attnmt.data.corpus import atomic_path
+
     out = Path(out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    try:
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=120, format=out.suffix[1:] or "png")
+    except ValueError as err:  # matplotlib: an unknown file type
+        raise UserError(f"cannot write this figure ({err})", str(out)) from None
+    finally:
+        plt.close(fig)
 
 

@@ -55,4 +55,6 @@ def score_files(hyp_path: str, ref_path: str, lang: str = "en") -> dict:
     refs, hyps = read_lines(ref_path), read_lines(hyp_path)
     if len(hyps) != len(refs):
         raise UserError(f"line counts differ: {hyp_path} has {len(hyps)} lines, {ref_path} has {len(refs)}")
+    if not any(r.strip() for r in refs):  # BLEU against nothing is no score
+        raise UserError("no reference sentences to score against (the file is empty or blank)", ref_path)
     return score_all(hyps, refs, lang)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 
+from attnmt.data.corpus import atomic_path
 from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
 from attnmt.ngram.estimate import OrderTable
@@ -66,9 +68,8 @@ def write_arpa(path: str | os.PathLike, vocab: list[str],
     uni_rows = np.nonzero(np.isfinite(unigrams.logp) & (np.arange(len(vocab)) != PAD))[0]
     counts = [len(uni_rows)] + [source.size(k) for k in range(2, order + 1)]
     writer = LineWriter(vocab, block)
-    tmp = path.with_name(path.name + ".tmp")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(tmp, "wb") as f:
+    with atomic_path(path) as tmp, opener(tmp, "wb") as f:  # no half-written file on any error
         f.write(b"\\data\\\n")
         for k, n in enumerate(counts, start=1):
             f.write(f"ngram {k}={n}\n".encode())
@@ -84,7 +85,9 @@ def write_arpa(path: str | os.PathLike, vocab: list[str],
                 f.write(memoryview(writer.lines(block_words(source, k, t), t.logp,
                                                 t.logb if k < order else None)))
         f.write(b"\n\\end\\\n")
-    os.replace(tmp, path)
+
+
+_MAX_LINE = 1 << 20  # an ARPA line is an n-gram and two numbers; a longer one is binary junk
 
 
 class _Lines:
@@ -105,10 +108,16 @@ class _Lines:
         if self.pending is not None:
             line, self.pending = self.pending, None
             return line
-        raw = self.f.readline()
+        try:
+            raw = self.f.readline(_MAX_LINE)
+        except (EOFError, OSError, zlib.error) as err:  # a truncated or corrupt .gz
+            what = "truncated" if isinstance(err, EOFError) else "corrupt"
+            raise self.error(f"{what} gzip data after this line ({err})") from None
         if not raw:
             return None
         self.lineno += 1
+        if len(raw) >= _MAX_LINE:
+            raise self.error(f"line over {_MAX_LINE} bytes: not an ARPA file")
         try:
             return raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as err:

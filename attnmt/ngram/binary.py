@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnmt.data.corpus import atomic_path
 from attnmt.errors import UserError
 
 FORMAT = "attnmt-ngram"
@@ -45,9 +46,7 @@ def write_binary(path: str | os.PathLike, vocab: list[str], source, info: dict,
         offset += n * dtype.itemsize
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-(8 + len(text)) % 8)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:  # no half-written file on any error
         f.write(len(text).to_bytes(8, "little"))
         f.write(text)
         for _, dtype, n, k, col in entries:
@@ -57,7 +56,6 @@ def write_binary(path: str | os.PathLike, vocab: list[str], source, info: dict,
             for start in range(0, n, block):
                 part = source.column(k, col, start, min(n, start + block))
                 f.write(memoryview(np.ascontiguousarray(part, dtype=dtype)).cast("B"))
-    os.replace(tmp, path)
 
 
 def read_binary(path: str | os.PathLike) -> tuple[list[str], list, dict]:

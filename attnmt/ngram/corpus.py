@@ -8,6 +8,7 @@ the <unk> token (lmplz refuses it), which is what a neural vocabulary's UNK id n
 
 from __future__ import annotations
 
+import codecs
 import os
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,13 +30,22 @@ def split_words(line: str) -> list[str]:
     return [w for w in line.translate(_DELIMS).split(" ") if w]
 
 
-def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
-    """(line number, text) for each line of a UTF-8 file; invalid UTF-8 -> UserError file:line."""
-    path = Path(path)
+def check_file(path: Path) -> None:
+    if path.is_dir():
+        raise UserError("is a directory, expected a text file", str(path))
     if not path.is_file():
-        raise UserError("no such file", str(path))
+        raise UserError("file not found", str(path))
+
+
+def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each line of a UTF-8 file; invalid UTF-8 -> UserError file:line.
+    A byte-order mark at the start of the file is dropped (it is no part of the first word)."""
+    path = Path(path)
+    check_file(path)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
             try:
                 yield lineno, raw.decode("utf-8").rstrip("\n")
             except UnicodeDecodeError as err:
@@ -58,6 +68,8 @@ def _read_blocks(path: Path, size: int = 1 << 25) -> Iterator[tuple[int, bytes]]
     first_line = 1
     rest = b""
     with open(path, "rb") as f:
+        if f.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:  # a byte-order mark is no word
+            f.seek(0)
         while True:
             chunk = f.read(size)
             data = rest + chunk
@@ -172,8 +184,7 @@ class TextBlocks:
     def __init__(self, path: str | os.PathLike, tokenizer=None, block_tokens: int = 1 << 20,
                  block_bytes: int = 1 << 22):
         self.path = Path(path)
-        if not self.path.is_file():
-            raise UserError("no such file", str(self.path))
+        check_file(self.path)
         self.tokenizer = tokenizer
         self.block_tokens = block_tokens
         self.block_bytes = block_bytes
@@ -196,21 +207,26 @@ class TextBlocks:
             yield from self._piece_blocks()
 
     def _word_blocks(self) -> Iterator[np.ndarray]:
-        n_lines = 0
+        n_lines, words = 0, False
         for first_line, data in _read_blocks(self.path, self.block_bytes):
             n_lines += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-            yield self._ids.block(data, first_line, self.path)
+            block = self._ids.block(data, first_line, self.path)
+            words = words or bool(np.any((block != BOS) & (block != EOS)))
+            yield block
         if n_lines == 0:
             raise UserError("empty corpus: no lines to estimate from", str(self.path))
+        if not words:  # a model of empty sentences is no model
+            raise UserError("no words to estimate from (every line is blank)", str(self.path))
 
     def _piece_blocks(self) -> Iterator[np.ndarray]:
         flat = array("q")
         V = len(self.tokenizer)
-        emitted = False
+        emitted = words = False
         for _, line in read_lines(self.path):
             flat.append(BOS)
-            flat.extend(i if 0 <= i < V and i not in (PAD, BOS, EOS) else UNK
-                        for i in self.tokenizer.encode(line))
+            pieces = self.tokenizer.encode(line)
+            words = words or bool(pieces)
+            flat.extend(i if 0 <= i < V and i not in (PAD, BOS, EOS) else UNK for i in pieces)
             flat.append(EOS)
             if len(flat) >= self.block_tokens:
                 yield np.frombuffer(flat, dtype=np.int64).copy()
@@ -219,6 +235,8 @@ class TextBlocks:
             yield np.frombuffer(flat, dtype=np.int64).copy()
         elif not emitted:
             raise UserError("empty corpus: no lines to estimate from", str(self.path))
+        if not words:
+            raise UserError("no words to estimate from (every line is blank)", str(self.path))
 
 
 def _layout(ids: np.ndarray, is_break: np.ndarray) -> np.ndarray:
