@@ -782,6 +782,28 @@ def test_ngram_query_binary_stdin_real_process(tmp_path, tiny_arpa):
     assert b"<stdin>:2:" in proc.stderr
 
 
+# -- numeric flags out of range: refused before any work -------------------------------------------------------
+NUMERIC_FLAGS = [
+    (lambda r, g: ["eval", "--model", str(r), "-i", str(g["prefix"]), "--alpha", "nan"], ("--alpha", "finite")),
+    (lambda r, g: ["eval", "--model", str(r), "-i", str(g["prefix"]), "--lambda", "0.5,inf"], ("--lambda", "finite")),
+    (lambda r, g: ["eval", "--model", str(r), "-i", str(g["prefix"]), "--batch-tokens", "0"], ("--batch-tokens",)),
+    (lambda r, g: ["align", "--model", str(r), "--src", str(g["en"]), "--tgt", str(g["es"]), "--batch-size", "0"],
+     ("--batch-size",)),
+    (lambda r, g: ["analyse", "heatmap", "--model", str(r), "--input", "a cat", "--out", str(g["en"].parent / "h.png"),
+                   "--beam", "0"], ("--beam",)),
+    (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--max-len-ratio", "nan"], ("--max-len-ratio",)),
+    (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--length-penalty", "inf"], ("--length-penalty",)),
+    (lambda r, g: ["average", "--model", str(r), "--last", "0", "--out", str(g["en"].parent / "avg")], ("--last",)),
+    (lambda r, g: ["ngram", "build", "--order", "0", "--input", str(g["es"]), "--arpa", str(g["en"].parent / "x.arpa")],
+     ("--order",)),
+]
+
+
+@pytest.mark.parametrize("argv,words", NUMERIC_FLAGS, ids=[" ".join(w) for _, w in NUMERIC_FLAGS])
+def test_numeric_flag_out_of_range(argv, words, tmp_path, tiny_run):
+    assert_fails(tmp_path, argv(tiny_run, _good_files(tmp_path)), words)
+
+
 # -- wrong successes: each is now an error or a clearly labelled empty result ------------------------------
 def test_translate_output_cut_at_the_cap_is_an_error(tmp_path, tiny_run):
     good = _good_files(tmp_path)

@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.decode.ensemble import load_members
     from attnmt.eval.alignment import aer, force_align, pharaoh, read_alignments
 
+    if args.batch_size < 1:
+        raise UserError("--batch-size must be at least 1")
     src, tgt = read_lines(args.src), read_lines(args.tgt)
     if len(src) != len(tgt):
         raise UserError(f"line counts differ: {args.src} has {len(src)} lines, {args.tgt} has {len(tgt)}")

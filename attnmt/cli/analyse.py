@@ -125,6 +125,8 @@ def run_heatmap(args: argparse.Namespace) -> int:
 
     if not args.input.strip():
         raise UserError("--input is empty")
+    if args.beam < 1:
+        raise UserError("--beam must be at least 1")
     check_output(args.out, flag="--out")
     if args.csv:
         check_output(args.csv, [args.out], "--csv")

@@ -17,6 +17,7 @@ computation is attnmt/eval/perplexity.py. Settings:
 from __future__ import annotations
 
 import argparse
+import math
 
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
@@ -48,12 +49,16 @@ def _grid(text: str | None, flag: str) -> list[float]:
         raise UserError(f"{flag} expects numbers separated by commas, got {text!r}") from None
     if not values:
         raise UserError(f"{flag} is empty")
+    if not all(math.isfinite(v) for v in values):  # a nan weight would print ppl=nan and exit 0
+        raise UserError(f"{flag} values must be finite numbers, got {text!r}")
     return values
 
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.eval.perplexity import perplexity_report
 
+    if args.batch_tokens < 1:
+        raise UserError("--batch-tokens must be at least 1")
     out = perplexity_report(
         args.model, args.input, args.checkpoint, args.device, args.ngram,
         _grid(args.alpha, "--alpha"), _grid(args.lam, "--lambda"), args.ngram_only, args.tune_on,
