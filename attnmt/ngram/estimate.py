@@ -164,6 +164,20 @@ def adjusted_counts(tables: list[dict]) -> list[np.ndarray]:
     return result
 
 
+def unigram_probs(adjusted: np.ndarray, discounts: np.ndarray, vocab_size: int) -> np.ndarray:
+    """p(w) = u(w) + gamma() / |V| over one (empty) context, |V| = vocabulary without <pad> and
+    <s>; p(<s>) = 1 (log 0, as lmplz writes it), p(<pad>) = 0. ``discounts``: (0, D1, D2, D3+)."""
+    a = adjusted.astype(np.float64)
+    d = discounts[np.minimum(adjusted, 3)]
+    denom = a.sum()
+    if denom <= 0:
+        raise UserError("empty corpus: no word to estimate from")
+    probs = (a - d) / denom + d.sum() / denom / (vocab_size - 2)
+    probs[BOS] = 1.0
+    probs[PAD] = 0.0
+    return probs
+
+
 def prune_thresholds(prune: list[int] | None, order: int) -> list[int]:
     if not prune:
         return [0] * order
@@ -203,17 +217,7 @@ def kneser_ney(
         discounts.append(d)
         fell_back.append(fb)
 
-    # Order 1: a single (empty) context; uniform over |V| = V minus <pad> and <s>.
-    a1 = adj[0].astype(np.float64)
-    d1 = discounts[0][np.minimum(adj[0], 3)]
-    denom = a1.sum()
-    if denom <= 0:
-        raise UserError("empty corpus: no word to estimate from")
-    gamma0 = d1.sum() / denom
-    n_uniform = vocab_size - 2
-    probs = [(a1 - d1) / denom + gamma0 / n_uniform]
-    probs[0][BOS] = 1.0
-    probs[0][PAD] = 0.0
+    probs = [unigram_probs(adj[0], discounts[0], vocab_size)]
     gammas = []  # gammas[k-1]: backoff of each order-k entry as a context of order k+1
     keeps = [np.ones(vocab_size, bool)]
     for k in range(2, order + 1):

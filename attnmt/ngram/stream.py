@@ -46,6 +46,7 @@ from attnmt.ngram.estimate import (
     counts_of_counts,
     discounts_from_counts,
     prune_thresholds,
+    unigram_probs,
 )
 from attnmt.ngram.external import Column, Columns, merge_runs
 from attnmt.ngram.tables import DiskTables
@@ -361,15 +362,7 @@ def _estimate(path, order, tokenizer, thresholds, fallback, budget: Budget, work
         fell_back.append(fb)
 
     # -- 4. probabilities and backoffs, then the final tables ----------------------------------
-    a1 = adjusted[0].astype(np.float64)
-    d1 = discounts[0][np.minimum(adjusted[0], 3)]
-    denom = a1.sum()
-    if denom <= 0:
-        raise UserError("empty corpus: no word to estimate from")
-    gamma0 = d1.sum() / denom
-    p_prev = (a1 - d1) / denom + gamma0 / (V - 2)
-    p_prev[BOS] = 1.0
-    p_prev[PAD] = 0.0
+    p_prev = unigram_probs(adjusted[0], discounts[0], V)
     final = []
     keep_index = None  # order k-1's new index of each entry, when pruning removed some
     for k in range(2, order + 1):
