@@ -200,6 +200,10 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
             fail("model.score", f"location is a global-attention score; {m.attention} needs a content score")
         if m.window < 0:
             fail("model.window", f"must be >= 0, got {m.window}")
+        if m.attention == "local-p" and m.window == 0 and m.sigma <= 0:
+            fail("model.window", "must be >= 1 for local-p unless model.sigma is set (σ = D/2 would be 0)")
+    if m.type == "lstm" and m.bidirectional and m.hidden % 2:
+        fail("model.hidden", f"({m.hidden}) must be even for a bidirectional encoder (hidden/2 per direction)")
     if m.type == "transformer":
         if m.heads < 1 or m.hidden % m.heads:
             fail("model.hidden", f"({m.hidden}) must be a multiple of model.heads ({m.heads})")

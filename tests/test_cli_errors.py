@@ -101,4 +101,8 @@ def test_misspelt_choices_name_file_line_and_key(tmp_path, capsys):
     _fails(capsys, ["train", str(cfg), *out], "c.yaml:6: model.window_mask", "'wide'")
     cfg.write_text("data:\n  train: x\ntrain:\n  optimizer: adamw\nngram:\n  lam: 2\n")
     _fails(capsys, ["train", str(cfg), *out], "c.yaml:4: train.optimizer", "sgd, adam")
+    cfg.write_text("data:\n  train: x\nmodel:\n  type: lstm\n  hidden: 15\n  bidirectional: true\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:5: model.hidden", "even")
+    cfg.write_text("data:\n  train: x\nmodel:\n  attention: local-p\n  score: general\n  window: 0\n")
+    _fails(capsys, ["train", str(cfg), *out], "c.yaml:6: model.window", "local-p")
     assert not (tmp_path / "r").exists()  # nothing written before the config is valid
