@@ -30,12 +30,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from attnmt.data.vocab import BOS, PAD, UNK
 
 LN10 = math.log(10.0)
 NEG = -1.0e4  # natural-log score of ids that can never be predicted (<pad>, <s>); finite on purpose
+
+
+def _natural(log10: np.ndarray, block: int = 1 << 20) -> torch.Tensor:
+    """float32 natural logs of float32 log10 values, converted through float64 in blocks (no
+    float64 copy of a whole table while loading a large model)."""
+    out = torch.empty(len(log10), dtype=torch.float32)
+    for s in range(0, len(log10), block):
+        out[s : s + block] = torch.from_numpy(log10[s : s + block].astype(np.float64) * LN10)
+    return out
 
 
 class QueryIndex:
@@ -47,16 +57,16 @@ class QueryIndex:
         self.keys, self.word, self.logp, self.logb = [], [], [], []
         for k, t in enumerate(tables, start=1):
             word = torch.from_numpy(t.word)
-            prefix = torch.from_numpy(t.prefix).long()
-            logp = torch.from_numpy(t.logp).double() * LN10
+            keys = torch.from_numpy(t.prefix).to(torch.long).mul(vocab_size).add_(word)
+            logp = _natural(t.logp)
             if k == 1:
                 # Never predicted: replaced by NEG after the fill; 0 here keeps the sums finite.
                 logp[PAD] = 0.0
                 logp[BOS] = 0.0
-            self.keys.append(prefix * vocab_size + word)
+            self.keys.append(keys)
             self.word.append(word)
-            self.logp.append(logp.float())
-            self.logb.append((torch.from_numpy(t.logb).double() * LN10).float())
+            self.logp.append(logp)
+            self.logb.append(_natural(t.logb))
         self.to(device)
 
     def to(self, device: str | torch.device) -> QueryIndex:
