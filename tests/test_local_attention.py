@@ -70,6 +70,24 @@ def test_matches_reference_with_truncated_windows(mode, composition, score):
     torch.testing.assert_close(dense, ref_dense, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+def test_decoding_paths_equal_the_training_path(monkeypatch, mode, score):
+    """Without autograd the window rows are gathered once for scores and context (or, for large
+    batches, in chunks with embedding_bag for the context): same numbers as the training path."""
+    query, values, mask = _inputs()
+    att = LocalAttention(mode, score, 8, 8, window=2)
+    positions = torch.arange(12)
+    ref_context, ref_dense = att(query, att.prepare(values, mask), positions)  # autograd path
+    with torch.no_grad():
+        context, dense = att(query, att.prepare(values, mask), positions)
+        monkeypatch.setattr(local_attention, "STEP_CHUNK_ELEMENTS", 40)
+        chunked, _ = att(query, att.prepare(values, mask), positions)
+    for got in (context, chunked):
+        torch.testing.assert_close(got, ref_context, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dense, ref_dense, rtol=1e-5, atol=1e-6)
+
+
 def test_local_m_window_at_sentence_start_and_past_the_end():
     query, values, mask = _inputs(B=1, S=6, T=10, lengths=(6,))
     att = LocalAttention("local-m", "dot", 8, 8, window=2)
@@ -142,6 +160,32 @@ def test_memory_select_for_beam_search():
     c_all, w_all = att(query, memory, None)
     torch.testing.assert_close(c_sel, c_all[index])
     torch.testing.assert_close(w_sel, w_all[index])
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+@pytest.mark.parametrize("score", ["general", "concat"])
+def test_beam_rows_share_their_sentence_entry(mode, score):
+    """repeat_rows(K) keeps one entry per sentence (no copy); K query rows reading it get what
+    K separate copies give, and so do later reorderings, aligned or not."""
+    query, values, mask = _inputs(T=1)
+    att = LocalAttention(mode, score, 8, 8, window=2)
+    K = 4
+    memory = att.prepare(values, mask)
+    shared = memory.repeat_rows(K)
+    assert shared.rows == K and shared.values.data_ptr() == values.data_ptr()
+    copied = select_batch(memory, torch.arange(3).repeat_interleave(K))
+    assert copied.rows == 1
+    q = torch.randn(3 * K, 1, 8, generator=torch.Generator().manual_seed(3))
+    positions = torch.tensor([4])
+    with torch.no_grad():
+        for index in (None, torch.tensor([4, 5, 6, 7, 0, 1, 2, 3]), torch.tensor([5, 5, 0, 11])):
+            a = shared if index is None else select_batch(shared, index)
+            b = copied if index is None else select_batch(copied, index)
+            qi = q if index is None else q[index]
+            c_a, w_a = att(qi, a, positions)
+            c_b, w_b = att(qi, b, positions)
+            torch.testing.assert_close(c_a, c_b)
+            torch.testing.assert_close(w_a, w_b)
 
 
 @pytest.mark.parametrize("chunk", [1 << 20, 7])  # one chunk; one window row per chunk

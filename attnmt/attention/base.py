@@ -18,7 +18,9 @@ feeding, T = 1 in a step-by-step loop)::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -40,7 +42,15 @@ class Memory:
     shareable: bool = False
 
     def _tensors(self, fn) -> dict:
-        return {f.name: fn(getattr(self, f.name)) for f in fields(self) if f.name not in ("rows", "shareable")}
+        """fn of every tensor field; a tensor held by two fields (keys = values) is mapped once,
+        so the result holds one tensor there too."""
+        done: dict[int, torch.Tensor] = {}
+        out = {}
+        for f in fields(self):
+            if f.name not in ("rows", "shareable"):
+                t = getattr(self, f.name)
+                out[f.name] = done[id(t)] if id(t) in done else done.setdefault(id(t), fn(t))
+        return out
 
     def select(self, index: torch.Tensor) -> "Memory":
         """The memory of query rows ``index`` (e.g. repeated per beam hypothesis). With shared
@@ -64,6 +74,14 @@ class Memory:
         if self.shareable:
             return Memory(**self._tensors(lambda t: t), rows=self.rows * k, shareable=True)
         return Memory(**self._tensors(lambda t: t.repeat_interleave(k, dim=0)))
+
+    def cached(self, key, build: Callable[["Memory"], Any]) -> Any:
+        """``build(self)``, computed once per Memory object: source-only work an attention
+        module derives on first use (a ``select``-ed memory starts without it)."""
+        cache = self.__dict__.setdefault("_cache", {})
+        if key not in cache:
+            cache[key] = build(self)
+        return cache[key]
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -26,16 +26,23 @@ Choices the paper leaves open, fixed here:
   softmax, i.e. a_t = softmax_window(score − (s − p_t)²/2σ²), a proper distribution.
 * σ = inf disables the Gaussian (with D ≥ S this is exactly global attention).
 
-Cost. Only the window's 2D+1 encoder states are read for each target step (indices clamped into
-range, out-of-range slots masked), so a block of T steps costs O(T·D·d) time, whatever the source
-length S; the full T×S score matrix is never formed. For dot and general the two window products
-(scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions that gather the window rows
-in bounded chunks and gather them again in backward instead of keeping a (T, 2D+1, d) copy of the
-windows: training memory is O(T·(D + d)) on top of the encoder states (and their gradient). concat
-and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d), for backward anyway.
-`general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected copy of the source
-(`concat` still precomputes W' h̄_s once per sentence). The dense (B, T, S) weights are built by
-scattering the window weights back, and only when asked for (need_weights=True).
+Cost. Only the window's 2D+1 encoder states are read for each target step, so a block of T steps
+costs O(T·D·d) time, whatever the source length S; the full T×S score matrix is never formed. The
+window bookkeeping is done once per memory, not per step: two small tables over the source
+positions padded by D on each side give, for the window slot j of a centre, the memory row to read
+(clamped into the sentence) and an additive mask (0 inside the sentence, −inf outside), so a step
+finds its window with one addition and two gathers. For dot and general the two window products
+(scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) gather the window rows in bounded chunks (during
+decoding, chunks small enough that a step's temporaries stay well below global attention's B×S
+scores); with autograd they are functions that gather the rows again in backward instead of keeping
+a (T, 2D+1, d) copy of the windows: training memory is O(T·(D + d)) on top of the encoder states
+(and their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor,
+O(T·D·d), for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no
+projected copy of the source (`concat` still precomputes W' h̄_s once per sentence); without
+autograd, local-p computes W_aᵀ h_t and W_p h_t with one matrix product. The memory is
+shareable: in beam search the K hypotheses of a sentence read its one entry through the window
+tables (no K copies of the source states). The dense (B, T, S) weights are built by scattering
+the window weights back, and only when asked for (need_weights=True).
 """
 
 from __future__ import annotations
@@ -54,15 +61,12 @@ MODES = ("local-m", "local-p")
 COMPOSITIONS = ("paper", "inside")
 
 
-# temporary gathered window elements (rows × (2D+1) × d) per chunk: 4 MB in float32
+# temporary gathered window elements (rows × (2D+1) × d) per chunk: 4 MB in float32 with autograd;
+# without, the larger of 128 KB and half the B×T×S scores a step of global attention allocates
+# (it allocates about three such tensors), so a decoding step's temporaries stay well below
+# global attention's and large batches of short sources are not cut into many small products
 CHUNK_ELEMENTS = 1 << 20
-
-
-def window_rows(index: torch.Tensor, S: int) -> torch.Tensor:
-    """Per-item positions index (B, T, W) in [0, S) -> rows of the flattened (B·S, d) memory,
-    as (B·T, W)."""
-    B, T, W = index.shape
-    return (index + (torch.arange(B, device=index.device) * S).view(B, 1, 1)).view(B * T, W)
+STEP_CHUNK_ELEMENTS = 1 << 15
 
 
 def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -70,16 +74,19 @@ def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, rows.reshape(-1)).view(*rows.shape, table.size(-1))
 
 
-def _chunk(rows: torch.Tensor, d: int) -> int:
-    return max(1, CHUNK_ELEMENTS // max(1, rows.size(1) * d))
+def _chunk(rows: torch.Tensor, d: int, elements: int) -> int:
+    return max(1, elements // max(1, rows.size(1) * d))
 
 
-def window_dot(x: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def window_dot(x: torch.Tensor, table: torch.Tensor, rows: torch.Tensor,
+               elements: int | None = None) -> torch.Tensor:
     """out[m, w] = x[m] · table[rows[m, w]]: x (M, d), table (N, d), rows (M, W) -> (M, W)."""
-    step = _chunk(rows, table.size(1))
-    # multiply-and-sum, not M matrix-vector bmm's, which are several times slower on CPU
+    step = _chunk(rows, table.size(1), CHUNK_ELEMENTS if elements is None else elements)
+    # (M, W, d) @ (M, d, 1): the windows are the only temporary (a multiply-and-sum would
+    # allocate their product too)
     parts = [
-        (gather_windows(table, rows[i : i + step]) * x[i : i + step].unsqueeze(1)).sum(-1)
+        torch.bmm(gather_windows(table, rows[i : i + step]), x[i : i + step].unsqueeze(-1))
+        .squeeze(-1)
         for i in range(0, rows.size(0), step)
     ]
     return parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -93,7 +100,7 @@ def window_sum(a: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torc
 def window_scatter(a: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, N: int) -> torch.Tensor:
     """The transpose of both: out[n] = Σ_{m, w: rows[m, w] = n} a[m, w] x[m] -> (N, d)."""
     out = x.new_zeros(N, x.size(1))
-    step = _chunk(rows, x.size(1))
+    step = _chunk(rows, x.size(1), CHUNK_ELEMENTS)
     for i in range(0, rows.size(0), step):
         outer = a[i : i + step].unsqueeze(-1).to(x.dtype) * x[i : i + step].unsqueeze(1)
         out.index_add_(0, rows[i : i + step].reshape(-1), outer.reshape(-1, x.size(1)))
@@ -185,20 +192,72 @@ class LocalAttention(nn.Module):
         # as (W_aᵀ h_t)ᵀ h̄_s, which costs O(T·d²) per block instead of O(S·d²) per sentence and
         # keeps no second S-long tensor; `concat` still needs W_memory h̄_s for every s.
         keys = values if self.score.kind == "general" else self.score.keys(values)
-        return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1))
+        # shareable: beam hypotheses read their sentence's entry (see Memory), never a copy
+        return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1), shareable=True)
 
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None
     ) -> torch.Tensor:
         """p_t (B, T): min(t, S−1) for local-m (long), S·sigmoid(v_pᵀ tanh(W_p h_t)) for local-p
         (float32 even under autocast: at S = 16000 half precision cannot tell positions apart)."""
-        B, T, _ = query.shape
         if self.mode == "local-m":
-            if positions is None:
-                positions = torch.arange(T, device=query.device)
-            return torch.minimum(positions.view(1, T), memory.lengths.view(B, 1) - 1)
-        logit = self.v_p(torch.tanh(self.W_p(query))).squeeze(-1)  # v_pᵀ tanh(W_p h_t): (B, T)
-        return memory.lengths.view(B, 1) * torch.sigmoid(logit.float())
+            return self._monotonic(query, memory, positions)
+        return self._predicted(self.W_p(query), memory)
+
+    def _monotonic(self, query, memory: Memory, positions) -> torch.Tensor:
+        """local-m's p_t = min(t, S_x − 1) (B, T)."""
+        B, T, _ = query.shape
+        if positions is None:
+            positions = torch.arange(T, device=query.device)
+        return torch.minimum(positions.view(1, T), self._window_tables(memory)["last"])
+
+    def _predicted(self, projected: torch.Tensor, memory: Memory) -> torch.Tensor:
+        """local-p's p_t from W_p h_t (B, T, d)."""
+        logit = self.v_p(torch.tanh(projected)).squeeze(-1)  # v_pᵀ tanh(W_p h_t): (B, T)
+        return self._window_tables(memory)["length"] * torch.sigmoid(logit.float())
+
+    def _queries(self, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(the query the window scores use, W_p h_t or None). For `general` the score's query is
+        W_aᵀ h_t; without autograd, local-p gets it and W_p h_t from one product with the two
+        matrices side by side (cached until a weight changes)."""
+        general = self.score.kind == "general"
+        if self.mode != "local-p":
+            return (query @ self.score.W_a.weight if general else query), None
+        if not general or torch.is_grad_enabled():
+            return (query @ self.score.W_a.weight if general else query), self.W_p(query)
+        W_a, W_p = self.score.W_a.weight, self.W_p.weight
+        key = (W_a.data_ptr(), W_a._version, W_p.data_ptr(), W_p._version, W_a.dtype)
+        cached = getattr(self, "_joint", None)
+        if cached is None or cached[0] != key:
+            cached = (key, torch.cat([W_a, W_p.t()], dim=1))  # (d_q, d_mem + d_q)
+            self._joint = cached
+        both = query @ cached[1]
+        return both[..., : W_a.size(1)], both[..., W_a.size(1) :]
+
+    def _window_tables(self, memory: Memory) -> dict[str, torch.Tensor]:
+        """Per memory, once: over the source positions padded by D on each side (index j is
+        position j − D), the row of the flattened (E·S, d) memory to read for it (clamped into
+        the sentence) and the additive mask (0 inside the sentence, −inf outside); per query row
+        (entry r // memory.rows of E entries), where its window slots start in those tables."""
+
+        def build(memory: Memory) -> dict[str, torch.Tensor]:
+            E, S = memory.mask.shape
+            D, k = self.window, memory.rows
+            device = memory.values.device
+            last = (memory.lengths - 1).view(E, 1)
+            position = torch.arange(-D, S + D, device=device).view(1, -1)  # (1, S + 2D)
+            inside = (position >= 0) & (position <= last)
+            entry_rows = torch.arange(E, device=device).view(E, 1) * S
+            rows = entry_rows + torch.minimum(position.clamp(min=0), last)
+            bias = torch.zeros(E, S + 2 * D, device=device).masked_fill_(~inside, float("-inf"))
+            # slot w of the window centred at c for query row r: flat index e(S+2D) + c + w
+            entry = torch.arange(E * k, device=device) // k  # (R,) the entry of each query row
+            slots = entry.view(-1, 1) * (S + 2 * D) + torch.arange(2 * D + 1, device=device)
+            return {"rows": rows.view(-1), "bias": bias.view(-1), "slots": slots,
+                    "last": last[entry], "entry_rows": entry_rows[entry],
+                    "length": memory.lengths[entry].view(-1, 1).float()}
+
+        return memory.cached(("local", self.window, memory.rows), build)
 
     def forward(
         self,
@@ -208,42 +267,59 @@ class LocalAttention(nn.Module):
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         # query h_t: (B, T, d); positions: (T,) absolute target indices. One decoder step runs
-        # this whole function, so it is kept to few, small tensor ops.
+        # this whole function, so it is kept to few, small tensor ops. B query rows read
+        # E = B / memory.rows memory entries (beam hypotheses share their sentence's).
         B, T, _ = query.shape
-        S = memory.values.size(1)
-        last = memory.lengths.view(B, 1, 1) - 1  # the last real source position
-        p = self.aligned_positions(query, memory, positions)  # (B, T)
-        centre = p if self.mode == "local-m" else torch.minimum(p.detach().long(), last[..., 0])
-        index = centre.unsqueeze(-1) + self.offsets  # absolute source positions: (B, T, W)
-        # truncated at the sentence start, and at its end (padding is always after the end)
-        clamped = torch.minimum(index.clamp(min=0), last)
-        valid = clamped == index  # (B, T, W)
-        rows = window_rows(clamped, S)  # (B·T, W) rows of the flattened memory
-        values = memory.values.reshape(B * S, -1)  # (B·S, d)
+        E, S = memory.mask.shape
+        tables = self._window_tables(memory)
+        score_query, projected = self._queries(query)
+        if self.mode == "local-m":
+            p = centre = self._monotonic(query, memory, positions)  # (B, T)
+        else:
+            p = self._predicted(projected, memory)  # (B, T), float32
+            centre = torch.minimum(p.detach().long(), tables["last"])
+        flat = (tables["slots"].unsqueeze(1) + centre.unsqueeze(-1)).view(B * T, -1)
+        rows = tables["rows"].take(flat)  # (B·T, W) rows of the flattened memory, in the sentence
+        mask = tables["bias"].take(flat)  # 0, or −inf for window slots outside the sentence
+        values = memory.values.reshape(E * S, -1)  # (E·S, d)
 
+        windows = None  # the gathered window rows, when small enough to keep (decoding)
+        grad = torch.is_grad_enabled()
         if self.score.kind in ("dot", "general"):
-            if self.score.kind == "general":
-                query = query @ self.score.W_a.weight  # W_aᵀ h_t: (B, T, d)
-            keys = memory.keys.reshape(B * S, -1)
-            scores = WindowDot.apply(query.reshape(B * T, -1), keys, rows)
+            keys = memory.keys.reshape(E * S, -1)
+            x = score_query.reshape(B * T, -1)
+            if grad:
+                scores = WindowDot.apply(x, keys, rows)
+            elif rows.numel() * keys.size(1) <= max(STEP_CHUNK_ELEMENTS, B * T * S // 2):
+                windows = gather_windows(keys, rows)  # (B·T, W, d)
+                scores = torch.bmm(windows, x.unsqueeze(-1)).squeeze(-1)
+            else:
+                scores = window_dot(x, keys, rows, max(STEP_CHUNK_ELEMENTS, B * T * S // 2))
         else:  # concat: the tanh window tensor is needed for backward anyway
-            keys = gather_windows(memory.keys.reshape(B * S, -1), rows)  # (B·T, W, d_k)
+            keys = gather_windows(memory.keys.reshape(E * S, -1), rows)  # (B·T, W, d_k)
             scores = self.score(query, keys.view(B, T, *keys.shape[1:]))
-        scores = scores.view(B, T, -1).float()  # (B, T, W)
-        if self.gaussian:  # log of exp(−(s − p_t)² / 2σ²)
+        scores = scores.reshape(B, T, -1).float() + mask.view(B, T, -1)  # (B, T, W)
+        if self.gaussian:  # log of exp(−(s − p_t)² / 2σ²), s the (unclamped) window position
+            index = centre.unsqueeze(-1) + self.offsets
             log_gauss = (index - p.unsqueeze(-1)).square() * (-0.5 / self.sigma**2)
             if self.composition == "inside":
                 scores = scores + log_gauss
-        weights = torch.softmax(scores.masked_fill(~valid, float("-inf")), dim=-1)  # (B, T, W)
+        weights = torch.softmax(scores, dim=-1)  # (B, T, W)
         if self.gaussian and self.composition == "paper":
             weights = weights * log_gauss.exp()  # eq. 10
 
-        weights = weights.to(values.dtype)
-        context = WindowSum.apply(weights.view(B * T, -1), values, rows)  # c_t = Σ_s a_t(s) h̄_s
+        a = weights.to(values.dtype).view(B * T, -1)
+        if windows is not None and memory.keys is memory.values:
+            context = torch.bmm(a.unsqueeze(1), windows)  # the same rows: no second gather
+        elif grad:
+            context = WindowSum.apply(a, values, rows)
+        else:
+            context = window_sum(a, values, rows)  # c_t = Σ_s a_t(s) h̄_s, rows not gathered
         context = context.view(B, T, -1)  # (B, T, d)
         if not need_weights:
             return context, None
         # back to absolute source positions; add (not overwrite): clamped slots repeat an index,
         # and they carry weight 0
-        dense = weights.new_zeros(B, T, S).scatter_add_(2, clamped, weights)
+        positions_in = rows.view(B, T, -1) - tables["entry_rows"].view(B, 1, 1)
+        dense = weights.new_zeros(B, T, S).scatter_add_(2, positions_in, weights)
         return context, dense
