@@ -11,6 +11,10 @@ For every S in --sizes, at fixed batch B, size d, target block T and window D, m
                 as in training with input_feed: true), attention + attentional layer
     model_step  one step of the whole Seq2Seq decoder (2 LSTM layers of d, input feeding,
                 attention, attentional layer, output layer over --vocab words), no grad
+    decode      real decoding: greedy and beam search (--beams) of that model over a pre-encoded
+                source, --decode-steps output words per sentence (</s> is never chosen), at each
+                batch size of --decode-batches; reported per output word (search time / words
+                produced, a beam hypothesis's step counting as 1/K of a word) and per step
 
 (prepare() is inside the tf/feed measures, so global-general's W_a h̄_s is part of its cost.)
 Time: the fastest of several runs, in ms, of the calling thread's CPU time on CPU (with one
@@ -162,6 +166,73 @@ def workloads(kind: str, S: int, args, device: torch.device) -> dict:
     return {m: fns[m] for m in args.measures}
 
 
+class PreEncoded:
+    """A Seq2Seq whose encode() returns a fixed encoder output: the search's time is decoding."""
+
+    def __init__(self, model, enc):
+        self.model, self.enc = model, enc
+
+    def encode(self, src, src_lengths):
+        return self.enc
+
+    def init_state(self, enc):
+        return self.model.init_state(enc)
+
+    def step(self, prefix, state, enc, need_weights=False):
+        return self.model.step(prefix, state, enc, need_weights)
+
+
+def decode_workloads(kind: str, S: int, B: int, args, device: torch.device) -> dict:
+    """{beam: search call} for one attention kind, source length S and batch B."""
+    from attnmt.data.vocab import EOS
+    from attnmt.decode.search import beam_search, greedy_search
+
+    d = args.dim
+    score = args.global_score if kind == "global" else args.score
+    cfg = ModelConfig(layers=2, hidden=d, embed=d, attention=kind, score=score, input_feed=True,
+                      dropout=0.0, window=args.window)
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg, 100, args.vocab).to(device).eval()
+    with torch.no_grad():
+        model.decoder.W_s.bias[EOS] = -1e9  # every hypothesis runs the full --decode-steps
+    g = torch.Generator().manual_seed(S)
+    values = torch.randn(B, S, d, generator=g).to(device)
+    mask = torch.ones(B, S, dtype=torch.bool, device=device)
+    with torch.no_grad():
+        enc = {"memory": model.decoder.attention.prepare(values, mask),
+               "h": torch.randn(B, 2, d, generator=g).to(device),
+               "c": torch.randn(B, 2, d, generator=g).to(device)}
+    wrapped = PreEncoded(model, enc)
+    src = torch.zeros(B, 1, dtype=torch.long, device=device)
+    lengths = torch.full((B,), S, dtype=torch.long)
+    n = args.decode_steps
+    limits = dict(max_len_ratio=0.0, max_len_extra=n, max_len_cap=n)
+    calls = {}
+    for beam in args.beams:
+        if beam == 1:
+            calls[beam] = lambda: greedy_search(wrapped, src, lengths, **limits)
+        else:
+            calls[beam] = lambda beam=beam: beam_search(wrapped, src, lengths, beam, **limits)
+    return calls
+
+
+def decode_rows(sizes, args, device) -> list[dict]:
+    rows = []
+    for S in sizes:
+        for B in args.decode_batches:
+            loads = {kind: decode_workloads(kind, S, B, args, device) for kind in KINDS}
+            for beam in args.beams:
+                best = fastest_ms({k: loads[k][beam] for k in KINDS}, device, args.min_time,
+                                  min_reps=2)
+                words = B * args.decode_steps
+                for kind in KINDS:
+                    rows.append({"S": S, "kind": kind, "batch": B, "beam": beam,
+                                 "step_ms": round(best[kind] / args.decode_steps, 4),
+                                 "word_ms": round(best[kind] / words, 4)})
+            del loads
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50,200,1000,4000,16000")
@@ -176,16 +247,23 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads, 0 = torch default")
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds per measure and S")
+    parser.add_argument("--decode-batches", default="1,32", help="batch sizes of the decode rows")
+    parser.add_argument("--beams", default="1,5", help="beam sizes of the decode rows (1: greedy)")
+    parser.add_argument("--decode-steps", type=int, default=16, help="output words per sentence")
     args = parser.parse_args()
     args.global_score = args.global_score or args.score
     args.measures = args.measures.split(",")
+    args.decode_batches = [int(b) for b in args.decode_batches.split(",")]
+    args.beams = [int(b) for b in args.beams.split(",")]
+    decode = "decode" in args.measures
+    args.measures = [m for m in args.measures if m != "decode"]
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = [int(s) for s in args.sizes.split(",")]
 
     rows = []
-    for S in sizes:
+    for S in sizes if args.measures else []:
         loads = {kind: workloads(kind, S, args, device) for kind in KINDS}
         by_kind = {kind: {"S": S, "kind": kind} for kind in KINDS}
         for m in args.measures:
@@ -197,7 +275,7 @@ def main() -> None:
         del loads
     by = {(r["S"], r["kind"]): r for r in rows}
     ratios = []
-    for S in sizes:
+    for S in sizes if args.measures else []:
         for local in KINDS[1:]:
             ratio = {"S": S, "local": local}
             for m in args.measures:
@@ -205,23 +283,38 @@ def main() -> None:
                     key = f"{m}_{unit}"
                     ratio[key] = round(by[(S, "global")][key] / max(by[(S, local)][key], 1e-9), 2)
             ratios.append(ratio)
+    decoded = decode_rows(sizes, args, device) if decode else []
+    dec = {(r["S"], r["batch"], r["beam"], r["kind"]): r for r in decoded}
+    decode_ratios = [
+        {"S": S, "batch": B, "beam": K, "local": local,
+         "word_ms": round(r["word_ms"] / max(dec[(S, B, K, local)]["word_ms"], 1e-9), 2)}
+        for (S, B, K, kind), r in dec.items() if kind == "global" for local in KINDS[1:]
+    ]
     config = {k: getattr(args, k) for k in ("batch", "dim", "tgt", "window", "score", "vocab")}
     config.update(global_score=args.global_score, device=str(device))
     config.update(threads=torch.get_num_threads(), torch=torch.__version__)
-    print(json.dumps({"benchmark": "attention_scaling", **config, "rows": rows, "ratios": ratios}))
+    if decode:
+        config.update(decode_steps=args.decode_steps)
+    print(json.dumps({"benchmark": "attention_scaling", **config, "rows": rows, "ratios": ratios,
+                      "decode": decoded, "decode_ratios": decode_ratios}))
 
     # summary: global/local-p at the largest S <= 4000 (the goal's reference point), and how
     # local-p's first measure moves from the smallest to the largest S
     ref = max((S for S in sizes if S <= 4000), default=sizes[-1])
-    r = next(x for x in ratios if x["S"] == ref and x["local"] == "local-p")
-    parts = [f"S={ref} global/local-p:"]
-    parts += [f"{m} {r[m + '_ms']}x time {r[m + '_mb']}x mem;" for m in args.measures]
-    m0, lo, hi = args.measures[0], sizes[0], sizes[-1]
-    parts.append(
-        f"{m0} ms S={lo}->{hi}: local-p {by[(lo, 'local-p')][m0 + '_ms']}->"
-        f"{by[(hi, 'local-p')][m0 + '_ms']}, global {by[(lo, 'global')][m0 + '_ms']}->"
-        f"{by[(hi, 'global')][m0 + '_ms']}"
-    )
+    parts = []
+    if args.measures:
+        r = next(x for x in ratios if x["S"] == ref and x["local"] == "local-p")
+        parts = [f"S={ref} global/local-p:"]
+        parts += [f"{m} {r[m + '_ms']}x time {r[m + '_mb']}x mem;" for m in args.measures]
+        m0, lo, hi = args.measures[0], sizes[0], sizes[-1]
+        parts.append(
+            f"{m0} ms S={lo}->{hi}: local-p {by[(lo, 'local-p')][m0 + '_ms']}->"
+            f"{by[(hi, 'local-p')][m0 + '_ms']}, global {by[(lo, 'global')][m0 + '_ms']}->"
+            f"{by[(hi, 'global')][m0 + '_ms']}"
+        )
+    for r in decode_ratios:
+        parts.append(f"decode S={r['S']} B={r['batch']} beam={r['beam']} "
+                     f"global/{r['local']} {r['word_ms']}x per word;")
     print(" ".join(parts))
 
 

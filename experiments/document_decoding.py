@@ -4,10 +4,17 @@ The verses of each test chapter (grouped by their key Book.Chapter.Verse in test
 with spaces into one input line of hundreds of words and translated as one sequence, greedily or
 with beam search, with the output cap raised far past the sentence-level default (512 pieces).
 Reports this thread's CPU time (run it with OMP_NUM_THREADS=1 so the numbers do not depend on other
-processes), source/output words per CPU second and chapter-level sacreBLEU and chrF.
+processes), split into encoder and decoder time, source/output words per CPU second, milliseconds per
+output word and per output piece, and chapter-level sacreBLEU and chrF.
 
     OMP_NUM_THREADS=1 python experiments/document_decoding.py --model RUN --data DIR [--beam 1]
-        [--books Ruth,Joel] [--cap 4096] [--out hyps.txt]
+        [--batch-size 1] [--books Ruth,Joel] [--cap 4096] [--fixed-length] [--out hyps.txt]
+
+--batch-size N translates N chapters at once (a batch of long sequences, as a server would).
+--fixed-length never lets a hypothesis end before the output limit (min(ratio · source pieces,
+cap)): every model then produces the same number of output pieces, so their speeds compare
+without the confound of different output lengths (a model that stops early spreads the encoder's
+cost over fewer words); the translations are then meaningless and BLEU is not reported.
 
 DIR holds test.en, test.es and test.keys (`attnmt data bible --out DIR`). Prints one JSON line.
 """
@@ -23,7 +30,31 @@ from pathlib import Path
 import sacrebleu
 import torch
 
+from attnmt.data.vocab import EOS
 from attnmt.decode.translate import Translator
+
+
+class Timed:
+    """The translator's model with its encoder's CPU time counted and, with ``no_eos``, </s>
+    never chosen (hypotheses run to the length limit)."""
+
+    def __init__(self, model, no_eos: bool):
+        self.model, self.no_eos, self.encode_cpu = model, no_eos, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def encode(self, src, src_lengths):
+        start = time.thread_time()
+        enc = self.model.encode(src, src_lengths)
+        self.encode_cpu += time.thread_time() - start
+        return enc
+
+    def step(self, prefix, state, enc, need_weights=False):
+        logits, state, weights = self.model.step(prefix, state, enc, need_weights)
+        if self.no_eos:
+            logits[:, EOS] = float("-inf")
+        return logits, state, weights
 
 
 def chapters(data: Path, src: str, tgt: str, books: set[str]) -> OrderedDict[str, tuple[list[str], list[str]]]:
@@ -48,6 +79,9 @@ def main() -> None:
     p.add_argument("--tgt", default="es")
     p.add_argument("--books", default="", help="comma-separated subset of books, e.g. Ruth,Joel")
     p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=1, help="chapters translated together")
+    p.add_argument("--fixed-length", action="store_true",
+                   help="no hypothesis ends before the output limit (timing only, no BLEU)")
     p.add_argument("--cap", type=int, default=4096, help="maximum output pieces per chapter")
     p.add_argument("--ratio", type=float, default=1.5, help="maximum output pieces per source piece")
     p.add_argument("--out", help="write the chapter translations here")
@@ -56,26 +90,39 @@ def main() -> None:
 
     docs = chapters(args.data, args.src, args.tgt, set(filter(None, args.books.split(","))))
     translator = Translator.from_run(args.model, device="cpu")
+    timed = Timed(translator.model, args.fixed_length)
+    translator.model = timed
     sources = [" ".join(src) for src, _ in docs.values()]
     refs = [" ".join(ref) for _, ref in docs.values()]
-    hyps, cpu = [], 0.0
-    for line in sources:  # one chapter at a time: the cost of one long sequence, no batching
+    hyps, cpu, out_pieces = [], 0.0, 0
+    for i in range(0, len(sources), args.batch_size):
+        batch = sources[i : i + args.batch_size]
         start = time.thread_time()
-        hyps.append(translator.translate([line], beam=args.beam, batch_size=1, max_len_ratio=args.ratio,
-                                         max_len_cap=args.cap)[0][0].text)
+        out = translator.translate(batch, beam=args.beam, batch_size=args.batch_size,
+                                   max_len_ratio=args.ratio, max_len_cap=args.cap)
         cpu += time.thread_time() - start
+        hyps += [t[0].text for t in out]
+        out_pieces += sum(len(t[0].tgt_pieces) for t in out)
     src_pieces = [len(translator.src_tok.encode(line)) for line in sources]
+    out_words = sum(len(h.split()) for h in hyps)
+    decoder_cpu = cpu - timed.encode_cpu
     result = {
-        "model": args.model, "beam": args.beam, "chapters": len(docs),
+        "model": args.model, "beam": args.beam, "batch_size": args.batch_size,
+        "fixed_length": args.fixed_length, "chapters": len(docs),
         "src_words_mean": round(sum(len(s.split()) for s in sources) / len(sources), 1),
         "src_pieces_mean": round(sum(src_pieces) / len(src_pieces), 1), "src_pieces_max": max(src_pieces),
-        "cpu_s": round(cpu, 2),
+        "cpu_s": round(cpu, 2), "encoder_cpu_s": round(timed.encode_cpu, 2),
+        "decoder_cpu_s": round(decoder_cpu, 2),
+        "out_words": out_words, "out_pieces": out_pieces,
         "src_words_per_s": round(sum(len(s.split()) for s in sources) / cpu, 2),
-        "out_words_per_s": round(sum(len(h.split()) for h in hyps) / cpu, 2),
-        "out_ref_length_ratio": round(sum(len(h.split()) for h in hyps) / sum(len(r.split()) for r in refs), 3),
-        "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        "out_words_per_s": round(out_words / cpu, 2),
+        "ms_per_out_word": round(1000 * cpu / max(out_words, 1), 3),
+        "decoder_ms_per_out_piece": round(1000 * decoder_cpu / max(out_pieces, 1), 3),
+        "out_ref_length_ratio": round(out_words / sum(len(r.split()) for r in refs), 3),
     }
+    if not args.fixed_length:
+        result["bleu"] = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+        result["chrf"] = round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)
     print(json.dumps(result))
     if args.out:
         Path(args.out).write_text("\n".join(hyps) + "\n", encoding="utf-8")
