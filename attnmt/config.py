@@ -77,6 +77,10 @@ class ModelConfig:
     #                             | full (ablation: M = 1, the combiner without a window)
     window_renorm: bool = False  # window-mul: renormalise softmax ⊙ M to sum to one
     window_temperature: float = 0.0  # boundary-pointer τ; 0 = 1/sqrt(head dim)
+    window_pointers: str = "attention"  # pointer scores from the attention's q, k | input (separate
+    #                                     projections of the layer input, the authors' form)
+    window_preset: str = "none"  # none | paper: sets the four window_* keys above to the authors'
+    #                              values (attention/window.PRESETS); naming one of them otherwise is an error
     relative_clip: int = 16  # Shaw et al. clipping distance k
 
     @property
@@ -174,7 +178,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
     from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
     from attnmt.attention.local_attention import COMPOSITIONS
     from attnmt.attention.multihead import VARIANTS, unit_of
-    from attnmt.attention.window import ABLATIONS, MASKS
+    from attnmt.attention.window import ABLATIONS, MASKS, POINTERS, PRESETS
 
     def fail(key: str, message: str) -> None:
         raise UserError(f"{key} {message}", *(where(key) if where else (None, None)))
@@ -186,6 +190,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
     m = cfg.model
     choices = {**CHOICES, "model.attention": ATTENTIONS, "model.score": SCORES,
                "model.local_composition": COMPOSITIONS, "model.window_mask": MASKS + ABLATIONS,
+               "model.window_preset": tuple(PRESETS), "model.window_pointers": POINTERS,
                **{f"model.{kind}": VARIANTS for kind in ATTENTION_KINDS["translate"]}}
     for key, allowed in choices.items():
         if value(key) not in allowed:
@@ -301,7 +306,26 @@ def _coerce(value: Any, typ: Any, where: str, path: str | None, line: int | None
     raise UserError(f"{where}: expected {typ.__name__}, got {value!r}", path, line)
 
 
-def from_dict(raw: Any, path: str | None = None, text: str = "") -> Config:
+def apply_preset(cfg: Config, explicit: set[str], path: str | None = None,
+                 lines: dict[tuple[str, ...], int] | None = None) -> Config:
+    """Set the keys ``model.window_preset`` fixes (attention/window.PRESETS) to its values. A key in
+    ``explicit`` (named in the file or by --set) with another value is an error: a preset row must
+    be the preset, and an ablation says so by leaving the preset out."""
+    from attnmt.attention.window import PRESETS
+
+    preset = PRESETS.get(cfg.model.window_preset)  # an unknown name: validate reports it
+    for key, value in (preset or {}).items():
+        if f"model.{key}" in explicit and getattr(cfg.model, key) != value:
+            raise UserError(f"model.{key} {getattr(cfg.model, key)!r} contradicts model.window_preset "
+                            f"{cfg.model.window_preset!r}, which sets it to {value!r}",
+                            path, (lines or {}).get(("model", key)))
+        setattr(cfg.model, key, value)
+    return cfg
+
+
+def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[str] | None = None) -> Config:
+    """A Config from a parsed YAML mapping. ``explicit``: the section.key names the user set (for
+    the preset check; default: every key in ``raw``)."""
     lines = _key_lines(text) if text else {}
     if raw is None:
         raw = {}
@@ -333,7 +357,9 @@ def from_dict(raw: Any, path: str | None = None, text: str = "") -> Config:
                 )
             typed = _coerce(value, hints[key], f"{name}.{key}", path, lines.get((name, key)))
             setattr(section, key, typed)
-    return cfg
+    if explicit is None:
+        explicit = {f"{name}.{key}" for name, body in raw.items() if isinstance(body, dict) for key in body}
+    return apply_preset(cfg, explicit, path, lines)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
@@ -388,7 +414,9 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or "malformed YAML"
             raise UserError(f"--set {key.strip()}: malformed YAML value {value!r} ({problem})") from None
-    return from_dict(raw, "--set")
+    # only the overridden keys are the user's here: the others hold cfg's values (a preset's included)
+    explicit = {item.partition("=")[0].strip() for item in overrides}
+    return from_dict(raw, "--set", explicit=explicit)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -1,12 +1,17 @@
 """Differentiable window attention (Nguyen et al. 2020) in three small parts.
 
-1. Boundary pointers. For every query q and head, two distributions over the n keys point at the
-   window's left and right boundary (a pointer network with no boundary supervision):
+1. Boundary pointers. For every query and head, two distributions over the n keys point at the
+   window's left and right boundary (a pointer network with no boundary supervision). Two forms
+   (``pointers``):
 
-       φ̂_l = softmax_k( q W_l (k W'_l)ᵀ · τ ),      φ̂_r = softmax_k( q W_r (k W'_r)ᵀ · τ )
+       attention:  φ̂_l = softmax_k( q W_l (k W'_l)ᵀ · τ )           q, k: the head's own query/key
+       input:      φ̂_l = softmax_k( (x W^q_l + b) (y W^k_l + b)ᵀ · τ )   x, y: the layer's query-side
+                                                                       and key-side inputs
 
-   q, k are the head's query/key vectors; keys that are padding (and, in decoder self-attention,
-   future positions) get probability exactly 0.
+   and φ̂_r likewise. ``input`` is the authors' form (tungngthanh/dynamic-attention: separate
+   projections of the layer input per side, split into heads, τ = 1); ``attention`` reuses the
+   attention's projected q and k (nothing extra to cache). Keys that are padding (and, in decoder
+   self-attention, future positions) get probability exactly 0.
 
 2. Mask builder. With U the upper-triangular ones matrix (U[i, j] = 1 for i <= j):
 
@@ -34,6 +39,9 @@
        multiplicative:  A = softmax(QKᵀ/√d) ⊙ M                  (optionally renormalised)
        additive:        A = softmax(QKᵀ/√d + (Q_L K_Lᵀ/√d) ⊙ M)   Q_L, K_L: separate projections
 
+The ``paper`` preset (``PRESETS``) is the authors' method: mask ``sum``, pointers ``input``,
+τ = 1, segment size b = 5; config.from_dict applies it (model.window_preset: paper).
+
 Incremental decoding: with future keys excluded from the pointers, φ̂ is 0 beyond the query, so the
 cumulative sums over the first t+1 keys equal those over the full sequence (segment ends are
 clamped to the last visible key). A step therefore only needs the cached keys.
@@ -52,6 +60,16 @@ from attnmt.errors import key_error
 
 MASKS = ("exact", "union", "sum")
 ABLATIONS = ("full",)  # window_mask values that keep the combiner but drop the window (M ≡ 1)
+POINTERS = ("attention", "input")  # where the pointer scores come from (module docstring, part 1)
+# model.window_* values a preset fixes. "paper": the authors' code (tungngthanh/dynamic-attention,
+# LearnableGlobalLocalMultiheadAttention): M = (φ̂_l U)⊙(φ̂_r Uᵀ) + (φ̂_l Uᵀ)⊙(φ̂_r U), pointer
+# scores of separate projections of the layer input, unscaled (τ = 1); segment size 5 (their
+# num_block). Placement (encoder self- and cross-attention, lower layers) is the config's
+# enc_self_attention / cross_attention / attention_layers (configs/paper-window-*.yaml).
+PRESETS = {
+    "none": {},
+    "paper": {"window_mask": "sum", "window_pointers": "input", "window_temperature": 1.0, "window_segment": 5},
+}
 
 
 @dataclass
@@ -61,6 +79,7 @@ class WindowOptions:
     mask: str = "exact"  # exact | union | sum (see the module docstring)
     renorm: bool = False  # multiplicative only: renormalise softmax ⊙ M to sum to one
     temperature: float = 0.0  # τ of the pointers; 0 = 1/√(head dim)
+    pointers: str = "attention"  # attention (the head's q, k) | input (separate projections; paper)
 
 
 class BoundaryPointers(nn.Module):
@@ -98,6 +117,45 @@ class BoundaryPointers(nn.Module):
         qa = torch.einsum("bhtd,hde->bhte", q, self.bilinear()).reshape(B, H, 2 * T, d)  # rows (t, side)
         scores = (qa @ k.transpose(-1, -2)).view(B, H, T, 2, S)
         scores = scores.masked_fill(~allowed.unsqueeze(-2), float("-inf"))
+        phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
+        return phi_l, phi_r
+
+
+class InputPointers(nn.Module):
+    """φ̂_l, φ̂_r per head from separate projections of the layer's inputs (the authors' form):
+
+        φ̂_side = softmax_k( τ · (x W^q_side + b^q_side)_h (y W^k_side + b^k_side)_hᵀ )
+
+    x (B, T, D) the query-side input, y (B, S, D) the key-side input (the same sequence in
+    self-attention, the encoder output in cross-attention); _h takes head h's d_h columns. The key
+    projections of both sides are one cached key tensor (B, H, S, 2 d_h)."""
+
+    def __init__(self, d_model: int, heads: int, temperature: float = 0.0):
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.tau = temperature if temperature > 0 else 1.0 / math.sqrt(self.head_dim)
+        self.query = nn.Linear(d_model, 2 * d_model)  # [W^q_l | W^q_r]
+        self.key = nn.Linear(d_model, 2 * d_model)  # [W^k_l | W^k_r]
+        for lin in (self.query, self.key):  # each D × D block initialised like the attention's q, k
+            for block in lin.weight.data.chunk(2, dim=0):
+                nn.init.xavier_uniform_(block)
+            nn.init.zeros_(lin.bias)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, 2D) -> (B, H, N, 2 d_h): per head, its left d_h columns then its right ones."""
+        B, N, _ = x.shape
+        return x.view(B, N, 2, self.heads, self.head_dim).permute(0, 3, 1, 2, 4).reshape(B, self.heads, N, 2 * self.head_dim)
+
+    def project_keys(self, y: torch.Tensor) -> torch.Tensor:
+        return self._heads(self.key(y))
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D), keys (B, H, S, 2 d_h) from ``project_keys``, allowed (B|1, 1, T|1, S) bool
+        -> φ̂_l, φ̂_r (B, H, T, S)."""
+        d = self.head_dim
+        q = self._heads(self.query(x))
+        sides = [q[..., i * d:(i + 1) * d] @ keys[..., i * d:(i + 1) * d].transpose(-1, -2) for i in (0, 1)]
+        scores = (torch.stack(sides, dim=-2) * self.tau).masked_fill(~allowed.unsqueeze(-2), float("-inf"))
         phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
         return phi_l, phi_r
 
@@ -238,18 +296,19 @@ def window_boundaries(phi_l: torch.Tensor, phi_r: torch.Tensor) -> tuple[torch.T
 
 
 def window_options(variant: str, segment: int = 3, mask: str = "exact", renorm: bool = False,
-                   temperature: float = 0.0) -> WindowOptions | None:
+                   temperature: float = 0.0, pointers: str = "attention") -> WindowOptions | None:
     """The WindowOptions a variant name stands for (None for non-window variants)."""
     if variant not in Window.names:
         return None
     combine = variant.split("-")[1]
-    return WindowOptions(combine, segment if variant.endswith("-seg") else 0, mask, renorm, temperature)
+    return WindowOptions(combine, segment if variant.endswith("-seg") else 0, mask, renorm, temperature, pointers)
 
 
 class Window(Variant):
     """The variant family window-{mul,add}[-seg]: boundary pointers (attn.pointers) make the soft
     mask M, which the combiner applies to the weights (mul) or to separate local scores
-    Q_L K_Lᵀ/√d (add; attn.local_q, attn.local_k, cached key "lk")."""
+    Q_L K_Lᵀ/√d (add; attn.local_q, attn.local_k, cached key "lk"). Input pointers cache their
+    key projections as "pk"."""
 
     names = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
 
@@ -264,24 +323,35 @@ class Window(Variant):
             fail("model.window_mask", f"must be one of {', '.join(MASKS + ABLATIONS)}, not {cfg.window_mask!r}")
         if cfg.window_segment < 1:
             fail("model.window_segment", f"must be at least 1, got {cfg.window_segment}")
+        if cfg.window_pointers not in POINTERS:
+            fail("model.window_pointers", f"must be one of {', '.join(POINTERS)}, not {cfg.window_pointers!r}")
 
     def build(self, attn) -> None:
-        attn.pointers = BoundaryPointers(attn.heads, attn.head_dim, self.options.temperature)
+        if self.options.pointers == "input":
+            attn.pointers = InputPointers(attn.d_model, attn.heads, self.options.temperature)
+        else:
+            attn.pointers = BoundaryPointers(attn.heads, attn.head_dim, self.options.temperature)
         if self.options.combine == "add":
             attn.local_q = nn.Linear(attn.d_model, attn.d_model)  # Q_L
             attn.local_k = nn.Linear(attn.d_model, attn.d_model)  # K_L
 
     def keys(self, attn, x):
-        if self.options.combine != "add":
-            return {}
-        return {"lk": attn._split(attn.local_k(x))}  # K_L (the pointers use the attention's own keys)
+        keys = {}
+        if self.options.pointers == "input":
+            keys["pk"] = attn.pointers.project_keys(x)
+        if self.options.combine == "add":
+            keys["lk"] = attn._split(attn.local_k(x))  # K_L
+        return keys
 
     def weights(self, attn, scores, q, x, keys, allowed, internals):
         w = self.options
         if w.mask == "full":  # ablation: the combiner with M ≡ 1, no window (pointers unused)
             mask = torch.ones_like(scores)
         else:
-            phi_l, phi_r = attn.pointers(q, keys["k"], allowed)  # (B, H, T, S) each
+            if w.pointers == "input":
+                phi_l, phi_r = attn.pointers(x, keys["pk"], allowed)  # (B, H, T, S) each
+            else:
+                phi_l, phi_r = attn.pointers(q, keys["k"], allowed)
             mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
             if internals is not None:
                 internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)

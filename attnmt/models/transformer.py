@@ -89,7 +89,7 @@ class FeedForward(nn.Module):
 
 def _attention(cfg: ModelConfig, variant: str) -> MultiHeadAttention:
     window = window_options(variant, cfg.window_segment, cfg.window_mask, cfg.window_renorm,
-                            cfg.window_temperature)
+                            cfg.window_temperature, cfg.window_pointers)
     return MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant, window, cfg.relative_clip)
 
 
