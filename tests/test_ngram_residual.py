@@ -384,10 +384,28 @@ def test_training_with_the_residual_end_to_end(tmp_path, capsys):
     assert swapped < own
     after = load_weights(find_checkpoint(run, "last") / "model.safetensors")
     assert all(torch.equal(after[k], weights[k]) for k in weights)
-    # --tune-on picks the best grid value on dev
-    assert main(["eval", "--model", str(run), "--checkpoint", "last", "--input", str(dev_b),
-                 "--tune-on", str(dev_b), "--alpha", "0,2", "--ngram", str(tmp_path / "b.bin"), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["best"] == "ngramres alpha=2"
+    # --tune-on picks the best grid value on a separate tuning file and reports it on the input
+    tune_b = d / "b" / "tune.txt"
+    tune_b.write_text("".join(" ".join(f"w{x}" for x in s) + "\n" for s in rule_corpus(rule_b, 20, length=10, seed=7)))
+    grid = ["eval", "--model", str(run), "--checkpoint", "last", "--input", str(dev_b), "--alpha", "0,2",
+            "--ngram", str(tmp_path / "b.bin")]
+    assert main(grid + ["--tune-on", str(tune_b), "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    assert tuned["best"] == "ngramres alpha=2" and "best_on_test" not in tuned
+    # never on the test input: a grid alone picks nothing; --pick-on-test labels its choice
+    assert main(grid + ["--json"]) == 0
+    plain_grid = json.loads(capsys.readouterr().out)
+    assert plain_grid["best"] is None and "best_on_test" not in plain_grid and len(plain_grid["results"]) == 2
+    assert main(grid) == 0
+    assert "best" not in capsys.readouterr().out
+    assert main(grid + ["--pick-on-test", "--json"]) == 0
+    on_test = json.loads(capsys.readouterr().out)
+    assert on_test["best"] is None and on_test["best_on_test"] == "ngramres alpha=2"
+    assert main(grid + ["--pick-on-test"]) == 0
+    assert "alpha=2" in (text := capsys.readouterr().out) and "tuned on test" in text
+    assert main(grid + ["--tune-on", str(dev_b)]) == 2  # the same file is not a separate tuning set
+    assert "different file" in capsys.readouterr().err
+    assert main(grid + ["--tune-on", str(tune_b), "--pick-on-test"]) == 2
     # errors are one-line user errors
     assert main(["eval", "--model", str(run), "--input", str(dev), "--alpha", "x"]) == 2
     model_b = override(unwrap(model), cfg, tgt_tok, str(tmp_path / "b.bin"), alpha=0.5)

@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import check_output, read_lines, write_lines
     from attnmt.decode.ensemble import load_members
     from attnmt.eval.alignment import aer, force_align, pharaoh, read_alignments
+    from attnmt.runs.loader import truncation_warning
 
     if args.batch_size < 1:
         raise UserError("--batch-size must be at least 1")
@@ -51,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output(args.output, [args.src, args.tgt, args.gold], "--output")
     members = load_members(args.model, args.checkpoint, args.device)
+    warning = truncation_warning(members, src)
+    if warning:
+        print(f"attnmt: warning: {warning}", file=sys.stderr)
     result = force_align(members, src, tgt, args.timing, args.batch_size)
     lines = [pharaoh(links) for links in result.links]
     summary = {"sentences": len(lines), "entropy": round(result.mean_entropy, 4),

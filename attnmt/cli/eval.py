@@ -1,5 +1,5 @@
 """attnmt eval --model RUN --input F [--ngram M] [--alpha A[,A..]] [--lambda L[,L..]] [--ngram-only]
-             [--tune-on DEV] [--json]
+             [--tune-on DEV | --pick-on-test] [--json]
 
 Perplexity (per piece and per word) of a language model (``--input``: text, one sentence a line)
 or a translation model (``--input``: parallel prefix or .tsv, the run's languages); the
@@ -11,13 +11,19 @@ computation is attnmt/eval/perplexity.py. Settings:
     --ngram-only  the n-gram model alone, in the same token space
 
 ``--ngram M`` swaps the n-gram model (plug and play; the neural weights are not touched).
-``--tune-on DEV`` picks the best grid setting on DEV and reports it (and the rest) on --input.
+``--tune-on DEV`` picks the best grid setting on DEV (a file other than --input) and reports it
+(and the rest) on --input. Without it a grid is reported row by row and nothing is picked;
+``--pick-on-test`` marks the setting best on --input itself, labelled as tuned on the test input.
+
+Word-level perplexity (each word's probability the product of its pieces') is the headline, as in
+Li et al. 2022; per-piece perplexity is printed beside it (equal for word tokenizers).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
@@ -33,7 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", help="NgramRes α, or a comma-separated grid")
     p.add_argument("--lambda", dest="lam", help="Prob-Inter λ, or a comma-separated grid")
     p.add_argument("--ngram-only", action="store_true", help="also score the n-gram model alone")
-    p.add_argument("--tune-on", metavar="DEV", help="choose the best --alpha/--lambda setting on DEV")
+    p.add_argument("--tune-on", metavar="DEV", help="choose the best --alpha/--lambda setting on DEV "
+                   "(a tuning file other than --input)")
+    p.add_argument("--pick-on-test", action="store_true",
+                   help="mark the grid setting best on --input itself (an optimistic, test-tuned figure; "
+                   "labelled so in the output)")
     p.add_argument("--batch-tokens", type=int, default=3000, help="padded target tokens per batch")
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -62,16 +72,18 @@ def run(args: argparse.Namespace) -> int:
     out = perplexity_report(
         args.model, args.input, args.checkpoint, args.device, args.ngram,
         _grid(args.alpha, "--alpha"), _grid(args.lam, "--lambda"), args.ngram_only, args.tune_on,
-        args.batch_tokens,
+        args.batch_tokens, args.pick_on_test,
     )
+    for warning in out.get("warnings", []):
+        print(f"attnmt: warning: {warning}", file=sys.stderr)
     if args.json:
         print(dumps(out))
         return 0
-    chosen = out["best"]
+    marks = {out["best"]: "  *best on " + str(args.tune_on),
+             out.get("best_on_test"): "  *best on the test input itself (tuned on test: optimistic)"}
     for r in out.get("dev", []):
-        print(f"dev  {r['setting']:<28} ppl={r['ppl']:.3f} word_ppl={r['word_ppl']:.3f}")
+        print(f"dev  {r['setting']:<28} word_ppl={r['word_ppl']:.3f} ppl/piece={r['ppl']:.3f}")
     for r in out["results"]:
-        mark = "  *best" + (" on dev" if args.tune_on else "") if r["setting"] == chosen else ""
-        print(f"{r['setting']:<28} ppl={r['ppl']:.3f} word_ppl={r['word_ppl']:.3f} tokens={r['tokens']} "
-              f"words={r['words']} sentences={r['sentences']}{mark}")
+        print(f"{r['setting']:<28} word_ppl={r['word_ppl']:.3f} ppl/piece={r['ppl']:.3f} tokens={r['tokens']} "
+              f"words={r['words']} sentences={r['sentences']}{marks.get(r['setting'], '')}")
     return 0

@@ -1,10 +1,12 @@
 """attnmt score --hyp F --ref F [--json]          BLEU (detokenised and tokenised) and chrF
-attnmt score --model RUN --src F --ref F         perplexity: short for `attnmt eval`'s default
-                                                 setting on two files (attnmt/eval/perplexity.py)"""
+attnmt score --model RUN --src F --ref F         perplexity per piece and per word: short for
+                                                 `attnmt eval`'s default setting on two files
+                                                 (attnmt/eval/perplexity.py)"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
@@ -14,8 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("score", help="BLEU/chrF of translations, or a model's perplexity")
     p.add_argument("--hyp", help="system output, one sentence per line")
     p.add_argument("--ref", required=True, help="reference translations")
-    p.add_argument("--model", help="run directory: report perplexity of --ref given --src "
-                   "(the same as `attnmt eval`, which also reports word-level perplexity)")
+    p.add_argument("--model", help="run directory: report perplexity (per piece and per word) of "
+                   "--ref given --src, as `attnmt eval` does")
     p.add_argument("--src", help="source side for --model")
     p.add_argument("--lang", default="en", help="language for the tokenised BLEU variant")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -27,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         from attnmt.eval.perplexity import run_perplexity
 
         result = run_perplexity(args.model, args.src, args.ref)
+        for warning in result.pop("warnings", []):
+            print(f"attnmt: warning: {warning}", file=sys.stderr)
     else:
         if not args.hyp:
             raise UserError("give --hyp (to score translations) or --model and --src (perplexity)")

@@ -42,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import check_input, check_output, read_lines, read_stream, write_lines
     from attnmt.decode.ensemble import load_translator
+    from attnmt.runs.loader import truncation_warning
 
     if args.beam < 1 or args.nbest < 1 or args.nbest > max(args.beam, 1):
         raise UserError("--beam and --nbest must be >= 1 and --nbest <= --beam")
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
                                  args.ngram, args.alpha)
     lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
+    warning = truncation_warning(translator.runs, lines)
+    if warning:
+        print(f"attnmt: warning: {warning}", file=sys.stderr)
     results = translator.translate(
         lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
         length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,

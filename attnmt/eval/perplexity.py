@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -30,7 +31,7 @@ from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.ngram.model import load_ngram
 from attnmt.ngram.residual import NgramResidual, check_vocab, combine, unwrap
-from attnmt.runs.loader import Run, load_run
+from attnmt.runs.loader import Run, load_run, truncation_warning
 
 
 @dataclass(frozen=True)
@@ -73,16 +74,20 @@ def encode_texts(run: Run, sources: list[str] | None, targets: list[str]) -> tup
 
 
 def _task_texts(run: Run, sources: list[str] | None, targets: list[str], where: str):
+    """``encode_texts`` and the warning about sources the run cuts (None if none)."""
     if run.cfg.task not in ("translate", "lm"):
         raise UserError(f"perplexity is for lm and translate runs, not task {run.cfg.task!r}")
-    src, tgt, words = encode_texts(run, sources if run.cfg.task == "translate" else None, targets)
+    sources = sources if run.cfg.task == "translate" else None
+    src, tgt, words = encode_texts(run, sources, targets)
     if not tgt:
         raise UserError("no sentences to score", where)
-    return src, tgt, words
+    scored = [s for s, t in zip(sources, targets) if s.strip() and t.strip()] if sources is not None else []
+    return src, tgt, words, truncation_warning([run], scored)
 
 
-def read_eval_data(run: Run, path: str) -> tuple[list[list[int]], list[list[int]], int]:
-    """``encode_texts`` of a file: LM text, or a parallel prefix / .tsv in the run's languages."""
+def read_eval_data(run: Run, path: str) -> tuple[list[list[int]], list[list[int]], int, str | None]:
+    """``encode_texts`` of a file (LM text, or a parallel prefix / .tsv in the run's languages),
+    and the truncation warning."""
     if run.cfg.task == "translate":
         return _task_texts(run, *read_parallel(path, run.cfg.data.src, run.cfg.data.tgt)[:2], path)
     return _task_texts(run, None, read_lines(path), path)
@@ -142,10 +147,19 @@ def perplexity_report(
     ngram_only: bool = False,
     tune_on: str | None = None,
     batch_tokens: int = 3000,
+    pick_on_test: bool = False,
 ) -> dict:
     """Perplexity of run ``run_dir`` on ``path`` under its configured setting, or under a grid of
-    α (NgramRes) and λ (Prob-Inter) values; ``tune_on`` picks the grid's best setting on another
-    file. Returns {"model", "input", "results": rows, "best": label|None[, "tune_on", "dev"]}."""
+    α (NgramRes) and λ (Prob-Inter) values.
+
+    A grid's setting is chosen only on a separate tuning file, ``tune_on`` ("best"). Choosing it
+    on ``path`` itself is tuning on the test data: only with ``pick_on_test``, and then reported
+    as "best_on_test", never as "best". Returns {"model", "input", "results": rows, "best":
+    label|None[, "best_on_test"][, "tune_on", "dev"][, "warnings"]}."""
+    if tune_on and pick_on_test:
+        raise UserError("--tune-on and --pick-on-test exclude each other: choose on a tuning file or say you chose on the test input")
+    if tune_on and Path(tune_on).resolve() == Path(path).resolve():
+        raise UserError("--tune-on must be a different file from --input (tuning on the test input)", tune_on)
     run = load_run(run_dir, checkpoint, device)
     model = unwrap(run.model)
     ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
@@ -157,29 +171,34 @@ def perplexity_report(
     grid = [Setting("residual", a) for a in alphas] + [Setting("interp", x) for x in lams]
     if (grid and any(s.value != 0 or s.kind == "interp" for s in grid) or ngram_only) and ngram is None:
         raise UserError("this run has no n-gram model; give one with --ngram")
+    if (tune_on or pick_on_test) and len(grid) < 2:
+        raise UserError(f"{'--tune-on' if tune_on else '--pick-on-test'} needs a grid: several --alpha and/or --lambda values")
     settings = list(dict.fromkeys(([] if grid else [configured_setting(run.model)]) + grid
                                   + ([Setting("ngram")] if ngram_only else [])))
     device = run.device
-    out: dict = {"model": run_dir, "input": path}
-    chosen = None
+    out: dict = {"model": run_dir, "input": path, "best": None}
+    warnings = []
     if tune_on:
-        if len(grid) < 2:
-            raise UserError("--tune-on needs a grid: several --alpha and/or --lambda values")
-        dev_rows = perplexities(model, ngram, grid, *read_eval_data(run, tune_on), device, batch_tokens)
-        chosen = grid[min(range(len(grid)), key=lambda i: dev_rows[i]["ppl"])].label
+        *data, warning = read_eval_data(run, tune_on)
+        dev_rows = perplexities(model, ngram, grid, *data, device, batch_tokens)
+        out["best"] = grid[min(range(len(grid)), key=lambda i: dev_rows[i]["ppl"])].label
         out["tune_on"] = tune_on
         out["dev"] = dev_rows
-    rows = perplexities(model, ngram, settings, *read_eval_data(run, path), device, batch_tokens)
-    if chosen is None and len(grid) > 1:
-        chosen = min((r for r in rows if r["kind"] != "ngram"), key=lambda r: r["ppl"])["setting"]
+        warnings += [f"{tune_on}: {warning}"] if warning else []
+    *data, warning = read_eval_data(run, path)
+    rows = perplexities(model, ngram, settings, *data, device, batch_tokens)
+    warnings += [f"{path}: {warning}"] if warning else []
+    if pick_on_test:
+        out["best_on_test"] = min((r for r in rows if r["kind"] != "ngram"), key=lambda r: r["ppl"])["setting"]
     out["results"] = rows
-    out["best"] = chosen
+    if warnings:
+        out["warnings"] = warnings
     return out
 
 
 def run_perplexity(run_dir: str, src_path: str | None, ref_path: str, device: str = "auto") -> dict:
-    """{"ppl", "tokens"} of the best checkpoint on ``ref_path`` (given ``src_path`` for a
-    translation run), as the run decodes (its n-gram setting included)."""
+    """{"ppl", "word_ppl", "tokens", "words"[, "warnings"]} of the best checkpoint on ``ref_path``
+    (given ``src_path`` for a translation run), as the run decodes (its n-gram setting included)."""
     refs = read_lines(ref_path)  # the files first: a typo should not cost a model load
     given = read_lines(src_path) if src_path else None
     run = load_run(run_dir, "best", device)
@@ -190,8 +209,10 @@ def run_perplexity(run_dir: str, src_path: str | None, ref_path: str, device: st
         srcs = given
         if len(srcs) != len(refs):
             raise UserError(f"line counts differ: {src_path} has {len(srcs)} lines, {ref_path} has {len(refs)}")
-    src, tgt, words = _task_texts(run, srcs, refs, ref_path if srcs is None else f"{src_path}, {ref_path}")
+    src, tgt, words, warning = _task_texts(run, srcs, refs, ref_path if srcs is None else f"{src_path}, {ref_path}")
     ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
     row = perplexities(unwrap(run.model), ngram, [configured_setting(run.model)], src, tgt, words,
                        run.device, 4000)[0]
-    return {"ppl": round(row["ppl"], 3), "tokens": row["tokens"]}
+    out = {"ppl": round(row["ppl"], 3), "word_ppl": round(row["word_ppl"], 3), "tokens": row["tokens"],
+           "words": row["words"]}
+    return {**out, "warnings": [warning]} if warning else out

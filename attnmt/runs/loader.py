@@ -51,18 +51,41 @@ class Run:
         return next(self.model.parameters()).device
 
     def source(self, line: str) -> Source:
-        """Lower-cased if the run was trained so; cut to ``model.max_src_len`` pieces when the
-        location score (which covers that many positions) is used."""
+        """Lower-cased if the run was trained so; cut to its first ``model.max_src_len`` pieces
+        when the location score (which covers that many positions) is used. This is the one
+        truncation rule: translate, eval, score --model, align and the analyses all read sources
+        through here (``truncation_warning`` counts the lines it cuts)."""
         if self.cfg.data.lowercase:
             line = line.lower()
         pieces, words = self.src_tok.split_with_words(line)
         ids = self.src_tok.encode_pieces(pieces)[: self.cfg.model.source_limit()]
         return Source(pieces[: len(ids)], words[: len(ids)], ids)
 
+    def sources_cut(self, lines: list[str]) -> int:
+        """How many of ``lines`` ``source`` cuts (0 when the run reads whole sources)."""
+        limit = self.cfg.model.source_limit()
+        if limit is None or self.src_tok is None:
+            return 0
+        lower = self.cfg.data.lowercase
+        return sum(len(self.src_tok.split_with_words(x.lower() if lower else x)[0]) > limit for x in lines)
+
     def source_ids(self, sources: list[Source]) -> list[list[int]]:
         """Encoder input: an empty source becomes one <unk>; reversed if the run reverses."""
         ids = [s.ids or [UNK] for s in sources]
         return [seq[::-1] for seq in ids] if self.cfg.data.reverse_source else ids
+
+
+def truncation_warning(runs: list[Run], lines: list[str]) -> str | None:
+    """The message commands print when a run cut some of ``lines`` (None when none was cut)."""
+    notes = []
+    for run in runs:
+        cut = run.sources_cut(lines)
+        if cut:
+            limit = run.cfg.model.source_limit()
+            name = f"{run.name}: " if run.name and len(runs) > 1 else ""
+            notes.append(f"{name}{cut} of {len(lines)} sources are longer than model.max_src_len = {limit} "
+                         f"pieces (the location score's reach) and were cut to their first {limit}")
+    return "; ".join(notes) or None
 
 
 def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer | None, Tokenizer | LabelSet]:
