@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from attnmt.corpora.agreement import NOUNS, generate, make_example, write_agreement
+from attnmt.corpora.agreement import HARD, NOUNS, generate, make_example, write_agreement
 from attnmt.data.labels import LabelSet, read_classification
 from attnmt.errors import UserError
 from attnmt.eval.classify import accuracy_by_group
@@ -72,6 +72,43 @@ def test_agreement_splits_are_balanced_disjoint_and_reproducible(tmp_path):
     first = (tmp_path / "test.tsv").read_text()
     write_agreement(tmp_path, n_train=300, n_test_per_bucket=20, max_modifiers=3, seed=5)
     assert (tmp_path / "test.tsv").read_text() == first and counts["test"] == 80
+
+
+def test_agreement_defaults_are_unchanged_by_the_harder_options():
+    """The data behind the reported rows: the same bytes as before the knobs existed."""
+    import hashlib
+
+    s = generate(n_train=300, n_test_per_bucket=20, max_modifiers=3, seed=5)
+    text = "".join(e.tsv() + "\n" for k in ("train", "dev", "test") for e in s[k])
+    assert hashlib.sha256(text.encode()).hexdigest()[:16] == "aeb675c0afb6a5ef"
+
+
+def test_hard_agreement_is_longer_and_tests_beyond_training():
+    rng = random.Random(1)
+    for _ in range(200):  # filler words keep the labels right
+        modifiers = rng.randint(0, 8)
+        ex = make_example(rng, modifiers, rng.randint(0, modifiers), filler=3)
+        assert _parse(ex.text) == (ex.label, ex.attractors, ex.intervening), ex
+    easy = generate(n_train=400, n_test_per_bucket=10, seed=2)
+    hard = generate(n_train=400, n_test_per_bucket=10, seed=2, max_modifiers=HARD["max_modifiers"],
+                    filler=HARD["filler"], train_max_modifiers=HARD["train_max_modifiers"])
+    assert [sum(e.attractors == k for e in hard["test"]) for k in range(9)] == [10] * 9
+    assert max(e.intervening for e in hard["train"]) <= HARD["train_max_modifiers"]
+    assert max(e.intervening for e in hard["test"]) == 8  # distances never seen in training
+    length = {name: sum(len(e.text.split()) for e in s["test"]) / len(s["test"]) for name, s in
+              (("easy", easy), ("hard", hard))}
+    assert length["hard"] > 1.5 * length["easy"]
+
+
+def test_hard_agreement_from_the_command_line(tmp_path, capsys):
+    from attnmt.cli.main import main
+
+    assert main(["data", "agreement", "--out", str(tmp_path), "--hard", "--train", "50",
+                 "--test-per-bucket", "2"]) == 0
+    test = (tmp_path / "test.tsv").read_text().splitlines()
+    assert len(test) == 2 * 9 and len((tmp_path / "train.tsv").read_text().splitlines()) == 50
+    assert main(["data", "agreement", "--out", str(tmp_path), "--max-modifiers", "3",
+                 "--train-max-modifiers", "4"]) == 2
 
 
 def test_accuracy_by_group():

@@ -162,21 +162,34 @@ def _add_agreement(sub: argparse._SubParsersAction) -> None:
         "See attnmt/corpora/agreement.py.",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    p.add_argument("--train", type=int, default=20000, help="training sentences")
+    p.add_argument("--train", type=int, help="training sentences (default 20000; --hard: 3000)")
     p.add_argument("--test-per-bucket", type=int, default=500,
                    help="dev and test sentences per number of attractors (0..--max-modifiers)")
-    p.add_argument("--max-modifiers", type=int, default=4, help="most intervening nouns")
+    p.add_argument("--max-modifiers", type=int, help="most intervening nouns (default 4; --hard: 8)")
+    p.add_argument("--filler", type=int, help="up to N extra words per intervening phrase (default 0; --hard: 3)")
+    p.add_argument("--train-max-modifiers", type=int,
+                   help="most intervening nouns in training sentences (default --max-modifiers; --hard: 5)")
+    p.add_argument("--hard", action="store_true",
+                   help="the harder task: longer distances, more attractors, fewer training sentences, "
+                   "test distances beyond training (explicit flags override its values)")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=run_agreement)
 
 
 def run_agreement(args: argparse.Namespace) -> int:
-    from attnmt.corpora.agreement import write_agreement
+    from attnmt.corpora.agreement import HARD, write_agreement
     from attnmt.errors import UserError
 
-    if args.train < 1 or args.test_per_bucket < 1 or not 0 <= args.max_modifiers <= 12:
+    base = HARD if args.hard else {"max_modifiers": 4, "filler": 0, "train_max_modifiers": None, "n_train": 20000}
+    n_train = base["n_train"] if args.train is None else args.train
+    most = base["max_modifiers"] if args.max_modifiers is None else args.max_modifiers
+    filler = base["filler"] if args.filler is None else args.filler
+    train_most = base["train_max_modifiers"] if args.train_max_modifiers is None else args.train_max_modifiers
+    if n_train < 1 or args.test_per_bucket < 1 or not 0 <= most <= 12:
         raise UserError("--train and --test-per-bucket must be >= 1, --max-modifiers in 0..12")
-    counts = write_agreement(args.out, args.train, args.test_per_bucket, args.max_modifiers, args.seed)
+    if filler < 0 or (train_most is not None and not 0 <= train_most <= most):
+        raise UserError("--filler must be >= 0 and --train-max-modifiers in 0..--max-modifiers")
+    counts = write_agreement(args.out, n_train, args.test_per_bucket, most, args.seed, filler, train_most)
     print(f"attnmt: data agreement wrote {counts} to {args.out}", file=sys.stderr)
     return 0
 

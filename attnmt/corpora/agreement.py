@@ -19,6 +19,19 @@ Example (label pl, 2 attractors, 3 intervening nouns):
 Every split is a TSV ``text<TAB>label<TAB>attractors<TAB>intervening`` (the classifier reads the
 first two columns). Test and dev are balanced over 0..max attractors; training sentences draw the
 number of modifiers uniformly and each noun's number at random. Output is a pure function of seed.
+
+The default task saturates (every Transformer variant reaches 100 % by 1,000 updates), so three
+knobs make it harder (``HARD`` sets all three, ``attnmt data agreement --hard``):
+
+    filler               up to this many extra adjectives in each intervening noun phrase and an
+                         adverb before each relative-clause verb: longer subject–verb distances
+    max_modifiers        more intervening nouns, so more attractors (test buckets 0..max)
+    train_max_modifiers  training sentences have at most this many modifiers, the test up to
+                         max_modifiers: the longest distances and most attractors are unseen in
+                         training (with fewer training sentences, n_train)
+
+With the knobs at their defaults (filler 0, train_max_modifiers = max_modifiers) the output is
+the same as before they existed.
 """
 
 from __future__ import annotations
@@ -45,6 +58,9 @@ RC_VERBS = [("likes", "like"), ("sees", "see"), ("knows", "know"), ("hates", "ha
 PREAMBLES = ["i think that", "she said that", "we know that", "yesterday ,", "in the end ,",
              "they believe that", "of course ,"]
 ADVERBS = ["probably", "really", "certainly", "often", "usually"]
+# the --hard task: 0-8 intervening nouns (up to 8 attractors), up to 3 filler words per phrase,
+# training on 3,000 sentences with at most 5 modifiers
+HARD = {"max_modifiers": 8, "filler": 3, "train_max_modifiers": 5, "n_train": 3000}
 
 
 @dataclass
@@ -58,21 +74,23 @@ class Example:
         return f"{self.text}\t{self.label}\t{self.attractors}\t{self.intervening}"
 
 
-def _np(rng: random.Random, plural: bool, adj_p: float = 0.3) -> list[str]:
+def _np(rng: random.Random, plural: bool, adj_p: float = 0.3, filler: int = 0) -> list[str]:
     noun = rng.choice(NOUNS)[1 if plural else 0]
-    return ["the"] + ([rng.choice(ADJECTIVES)] if rng.random() < adj_p else []) + [noun]
+    extra = [rng.choice(ADJECTIVES) for _ in range(rng.randint(0, filler))] if filler else []
+    return ["the"] + ([rng.choice(ADJECTIVES)] if rng.random() < adj_p else []) + extra + [noun]
 
 
-def _modifier(rng: random.Random, plural: bool) -> list[str]:
+def _modifier(rng: random.Random, plural: bool, filler: int = 0) -> list[str]:
     if rng.random() < 0.6:
-        return rng.choice(PREPOSITIONS).split() + _np(rng, plural)
+        return rng.choice(PREPOSITIONS).split() + _np(rng, plural, filler=filler)
     verb = rng.choice(RC_VERBS)[1 if plural else 0]
-    return ["that"] + _np(rng, plural) + [verb]
+    adverb = [rng.choice(ADVERBS)] if filler else []
+    return ["that"] + _np(rng, plural, filler=filler) + adverb + [verb]
 
 
-def make_example(rng: random.Random, modifiers: int, attractors: int | None = None) -> Example:
+def make_example(rng: random.Random, modifiers: int, attractors: int | None = None, filler: int = 0) -> Example:
     """One prefix with ``modifiers`` intervening nouns; ``attractors`` fixes how many of them
-    differ in number from the subject (random if None)."""
+    differ in number from the subject (random if None); ``filler``: see the module docstring."""
     subject_pl = rng.random() < 0.5
     if attractors is None:
         flips = [rng.random() < 0.5 for _ in range(modifiers)]
@@ -86,16 +104,18 @@ def make_example(rng: random.Random, modifiers: int, attractors: int | None = No
         words += rng.choice(PREPOSITIONS).split() + _np(rng, rng.random() < 0.5) + [","]
     words += _np(rng, subject_pl)
     for flip in flips:
-        words += _modifier(rng, subject_pl != flip)
+        words += _modifier(rng, subject_pl != flip, filler)
     if rng.random() < 0.2:
         words.append(rng.choice(ADVERBS))
     return Example(" ".join(words), "pl" if subject_pl else "sg", sum(flips), modifiers)
 
 
-def generate(n_train: int, n_test_per_bucket: int, max_modifiers: int = 4, seed: int = 1) -> dict[str, list[Example]]:
-    """train (random attractors, 0..max modifiers uniformly), dev and test (balanced over the
-    number of attractors 0..max, each bucket with between `attractors` and max modifiers);
-    no test/dev sentence text occurs in train."""
+def generate(n_train: int, n_test_per_bucket: int, max_modifiers: int = 4, seed: int = 1,
+             filler: int = 0, train_max_modifiers: int | None = None) -> dict[str, list[Example]]:
+    """train (random attractors, 0..train_max_modifiers modifiers uniformly; default max), dev
+    and test (balanced over the number of attractors 0..max, each bucket with between
+    `attractors` and max modifiers); no test/dev sentence text occurs in train."""
+    train_max = max_modifiers if train_max_modifiers is None else train_max_modifiers
     rng = random.Random(seed)
     splits: dict[str, list[Example]] = {}
     held: set[str] = set()
@@ -104,7 +124,7 @@ def generate(n_train: int, n_test_per_bucket: int, max_modifiers: int = 4, seed:
         for k in range(max_modifiers + 1):
             bucket: list[Example] = []
             while len(bucket) < n_test_per_bucket:
-                ex = make_example(rng, rng.randint(max(k, 1) if k else 0, max_modifiers), k)
+                ex = make_example(rng, rng.randint(max(k, 1) if k else 0, max_modifiers), k, filler)
                 if ex.text not in held:
                     held.add(ex.text)
                     bucket.append(ex)
@@ -113,7 +133,7 @@ def generate(n_train: int, n_test_per_bucket: int, max_modifiers: int = 4, seed:
         splits[name] = out
     train: list[Example] = []
     while len(train) < n_train:
-        ex = make_example(rng, rng.randint(0, max_modifiers))
+        ex = make_example(rng, rng.randint(0, train_max), None, filler)
         if ex.text not in held:
             train.append(ex)
     splits["train"] = train
@@ -121,12 +141,14 @@ def generate(n_train: int, n_test_per_bucket: int, max_modifiers: int = 4, seed:
 
 
 def write_agreement(out_dir: str | os.PathLike, n_train: int = 20000, n_test_per_bucket: int = 500,
-                    max_modifiers: int = 4, seed: int = 1) -> dict[str, int]:
+                    max_modifiers: int = 4, seed: int = 1, filler: int = 0,
+                    train_max_modifiers: int | None = None) -> dict[str, int]:
     """Write DIR/{train,dev,test}.tsv; returns the number of lines of each."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for name, examples in generate(n_train, n_test_per_bucket, max_modifiers, seed).items():
+    splits = generate(n_train, n_test_per_bucket, max_modifiers, seed, filler, train_max_modifiers)
+    for name, examples in splits.items():
         tmp = out / f".{name}.tsv.tmp"
         tmp.write_text("".join(ex.tsv() + "\n" for ex in examples), encoding="utf-8")
         os.replace(tmp, out / f"{name}.tsv")
