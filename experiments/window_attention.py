@@ -2,8 +2,8 @@
 
     python experiments/window_attention.py nmt [--steps 800] [--only NAME ...]
     python experiments/window_attention.py lm [--steps N]
-    python experiments/window_attention.py classify-data      # builds the two classification sets
-    python experiments/window_attention.py classify [--steps N]
+    python experiments/window_attention.py classify-data      # builds the classification sets
+    python experiments/window_attention.py classify [--steps N] [--tasks agreement-hard ...]
     python experiments/window_attention.py windows            # window-stats of the finished window runs
     python experiments/window_attention.py report             # markdown tables of finished runs
 
@@ -49,9 +49,27 @@ NMT = [  # (name, config, extra --set overrides), in priority order
     ("window-mul-all", "configs/window-mul.yaml", ["model.attention_layers=0"]),
     # ablation: the additive combiner's extra Q_L/K_L scores with M ≡ 1 (no window at all)
     ("window-add-full", "configs/window-add-seg.yaml", ["model.window_mask=full"]),
+    # the authors' window (model.window_preset: paper; the rows above use this project's earlier
+    # settings: mask exact, τ = 1/√d, pointers from the attention's q/k, segments of 3)
+    ("paper-window-add-seg", "configs/paper-window-add-seg.yaml", []),
+    ("paper-window-mul-seg", "configs/paper-window-mul-seg.yaml", []),
+    ("paper-window-add", "configs/paper-window-add.yaml", []),
+    ("paper-window-mul", "configs/paper-window-mul.yaml", []),
 ]
-LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
-CLS_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul"]
+PAPER_VARIANTS = ["paper-window-add-seg", "paper-window-mul-seg", "paper-window-add", "paper-window-mul"]
+LM_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul",
+               *PAPER_VARIANTS]
+CLS_VARIANTS = ["standard", "window-add-seg", "relative", "localness", "window-mul-seg", "window-add", "window-mul",
+                *PAPER_VARIANTS]
+CLS_TASKS = ("agreement", "domains", "agreement-hard")  # agreement-hard: corpora/agreement.HARD
+
+
+def variant_overrides(kind: str, name: str) -> list[str]:
+    """--set overrides putting variant ``name`` in attention ``kind``; paper-window-* is window-*
+    with the authors' settings (model.window_preset=paper)."""
+    if name.startswith("paper-"):
+        return [f"model.{kind}={name.removeprefix('paper-')}", "model.window_preset=paper"]
+    return [f"model.{kind}={name}"]
 
 
 def sh(cmd: list[str], log: Path | None = None) -> float:
@@ -128,7 +146,7 @@ def lm(args) -> None:
             continue
         overrides = ["task=lm", f"data.train={BIBLE}/train.en", f"data.dev={BIBLE}/dev.en",
                      "data.tokenizer=bpe", "data.tgt_vocab_size=4000", "data.max_len=60",
-                     f"model.dec_self_attention={variant}", "model.attention_layers=2"]
+                     *variant_overrides("dec_self_attention", variant), "model.attention_layers=2"]
         result = {"name": variant, "seed": args.seed,
                   **train(run, "configs/transformer.yaml", args.steps, overrides, args.seed)}
         out = subprocess.run([sys.executable, "-m", "attnmt", "score", "--model", str(run), "--ref",
@@ -139,10 +157,16 @@ def lm(args) -> None:
 
 
 def classify_data(args) -> None:
-    """agreement: attnmt's generator; domains: 5 English domains, sentences of 5-50 words."""
-    from attnmt.corpora.agreement import write_agreement
+    """agreement: attnmt's generator; agreement-hard: its harder settings (HARD); domains: 5
+    English domains, sentences of 5-50 words. Sets that exist are kept."""
+    from attnmt.corpora.agreement import HARD, write_agreement
 
-    print(write_agreement(EXP / "data" / "agreement", n_train=20000, n_test_per_bucket=400, seed=1))
+    if not (EXP / "data" / "agreement" / "test.tsv").exists():
+        print(write_agreement(EXP / "data" / "agreement", n_train=20000, n_test_per_bucket=400, seed=1))
+    if not (EXP / "data" / "agreement-hard" / "test.tsv").exists():
+        print(write_agreement(EXP / "data" / "agreement-hard", n_test_per_bucket=400, seed=1, **HARD))
+    if (EXP / "data" / "domains" / "test.tsv").exists():
+        return
     rng = random.Random(1)
     sources = {"bible": [Path(f"{BIBLE}/train.en")]}  # each domain's text: all three splits
     for name in ("man", "pydoc", "licenses", "commentary"):
@@ -164,7 +188,7 @@ def classify_data(args) -> None:
 
 
 def classify(args) -> None:
-    for task in ("agreement", "domains"):
+    for task in args.tasks or CLS_TASKS:
         data = EXP / "data" / task
         for variant in CLS_VARIANTS:
             if args.only and variant not in args.only:
@@ -173,10 +197,10 @@ def classify(args) -> None:
             if (run / "result.json").exists():
                 continue
             overrides = ["task=classify", f"data.train={data}/train.tsv", f"data.dev={data}/dev.tsv",
-                         "data.tokenizer=word" if task == "agreement" else "data.tokenizer=bpe",
+                         "data.tokenizer=bpe" if task == "domains" else "data.tokenizer=word",
                          "data.src_vocab_size=4000", "data.max_len=60", "train.batch_size=64",
                          "train.batch_by=sents", "train.label_smoothing=0.0", "train.valid_every=100",
-                         f"model.enc_self_attention={variant}", "model.attention_layers=2"]
+                         *variant_overrides("enc_self_attention", variant), "model.attention_layers=2"]
             result = {"task": task, "name": variant, "seed": args.seed,
                       **train(run, "configs/transformer.yaml", args.steps, overrides, args.seed)}
             out = subprocess.run([sys.executable, "-m", "attnmt", "analyse", "classify", "--model", str(run),
@@ -192,12 +216,13 @@ def windows(args) -> None:
     out = EXP / "stats"
     out.mkdir(exist_ok=True)
     inputs = {"nmt": ["--input", f"{BIBLE}/test.en", "--target", f"{BIBLE}/test.es", "--limit", "200"],
+              "agreement-hard": ["--input", str(EXP / "data/agreement-hard/test.tsv"), "--limit", "400"],
               "lm": ["--input", f"{BIBLE}/test.en", "--limit", "200"],
               "agreement": ["--input", str(EXP / "data/agreement/test.tsv"), "--limit", "400"],
               "domains": ["--input", str(EXP / "data/domains/test.tsv"), "--limit", "400"]}
     for group, extra in inputs.items():
-        base = EXP / ("classify/" + group if group in ("agreement", "domains") else group)
-        for run in sorted(base.glob("window-*")):
+        base = EXP / ("classify/" + group if group in CLS_TASKS else group)
+        for run in sorted([*base.glob("window-*"), *base.glob("paper-window-*")]):
             target = out / f"{group}_{run.name}.json"
             if "seed" in run.name or "steps" in run.name or target.exists() or not (run / "result.json").exists():
                 continue
@@ -254,7 +279,7 @@ def report(args) -> None:
         ppl = [r["test"]["ppl"] for r in rs]
         print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
               f"{mean(ppl):.1f}{spread(ppl, fmt='.1f')} | {paired(rs, lm_runs, 'standard', lambda r: r['test']['ppl'])} |")
-    for task in ("agreement", "domains"):
+    for task in CLS_TASKS:
         task_runs = rows(f"classify/{task}")
         results = by_name(task_runs, CLS_VARIANTS)
         if not results:
@@ -287,6 +312,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, help="updates per run (default: nmt 400, lm 300, classify 200)")
     p.add_argument("--only", nargs="*")
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
+    p.add_argument("--tasks", nargs="*", choices=CLS_TASKS, help="classify: these tasks only (default: all)")
     args = p.parse_args()
     args.steps = args.steps or BUDGET.get(args.what, 0)
     os.chdir(ROOT)  # the configs name data/bible relative to the repository root
