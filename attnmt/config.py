@@ -132,6 +132,10 @@ class NgramConfig:
     anneal_steps: int = 0  # > 0: α decays linearly to 0 over this many updates (NgramRes-Anneal)
     mode: str = "residual"  # residual (eq. 9) | interp (Prob-Inter: λ·P_neural + (1−λ)·P_ng)
     lam: float = 0.9  # λ of interp
+    # LM only: space-separated domain names. data.train, data.dev and path contain "{domain}"
+    # (path: train estimates one n-gram per domain); every sentence is trained and validated with
+    # its own domain's n-gram, one neural model for all (Li et al. 2022, section 5.2)
+    domains: str = ""
 
 
 TASKS = ("translate", "lm", "classify")
@@ -218,7 +222,24 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
     if cfg.ngram.order < 1:
         fail("ngram.order", f"must be >= 1, got {cfg.ngram.order}")
     check_bounds(cfg, fail)
+    _check_domains(cfg, fail)
     return cfg
+
+
+def _check_domains(cfg: Config, fail: Callable[[str, str], None]) -> None:
+    """ngram.domains: an LM with a "{domain}" in its data and n-gram paths."""
+    names = cfg.ngram.domains.split()
+    if not names:
+        return
+    if cfg.task != "lm":
+        fail("ngram.domains", f"is for task: lm (one n-gram per domain of the text), not {cfg.task}")
+    if len(set(names)) != len(names):
+        fail("ngram.domains", f"names a domain twice: {cfg.ngram.domains!r}")
+    if not cfg.ngram.path:
+        fail("ngram.path", "must be set with ngram.domains (train, or a path with {domain})")
+    for key, value in (("data.train", cfg.data.train), ("data.dev", cfg.data.dev), ("ngram.path", cfg.ngram.path)):
+        if value and not (key == "ngram.path" and value == "train") and "{domain}" not in value:
+            fail(key, f"must contain {{domain}} with ngram.domains, got {value!r}")
 
 
 def check_ngram(mode: str, alpha: float, anneal_steps: int, lam: float,

@@ -442,3 +442,69 @@ def test_translation_with_the_residual(tiny_corpus, tmp_path, capsys):
     assert main(["translate", "--model", str(run), "--checkpoint", "last", "--input", str(src),
                  "--ngram", str(bad), "--device", "cpu"]) == 2
 
+
+
+def test_domain_ngrams_score_each_sentence_with_its_own(ngram_a, ngram_b):
+    """A batch carrying domain indices as its one source token: row k uses n-gram k."""
+    model = NgramResidual(lstm_lm(), ngram_a, alpha=1.0)
+    model.domain_ngrams = [ngram_a, ngram_b]
+    _, _, tgt_in = lm_batch(B=4)
+    domain = torch.tensor([[1], [0], [1], [0]])
+    with torch.no_grad():
+        mixed, _ = model(domain, torch.ones(4, dtype=torch.long), tgt_in)
+        model.set_ngram(ngram_a)
+        only_a, _ = model(domain[:, :0], torch.zeros(4, dtype=torch.long), tgt_in)  # no index: self.ngram
+        model.set_ngram(ngram_b)
+        only_b, _ = model(domain[:, :0], torch.zeros(4, dtype=torch.long), tgt_in)
+    torch.testing.assert_close(mixed[[1, 3]], only_a[[1, 3]])
+    torch.testing.assert_close(mixed[[0, 2]], only_b[[0, 2]])
+    assert not torch.allclose(only_a, only_b)
+
+
+DOMAIN_CONFIG = """\
+task: lm
+data: {{train: "{d}/{{domain}}/text.txt", dev: "{d}/{{domain}}/dev.txt", tokenizer: word, tgt_vocab_size: 100, max_len: 20}}
+model: {{type: lstm, layers: 1, hidden: 16, embed: 16, dropout: 0.0}}
+train: {{optimizer: adam, lr: 0.02, warmup: 1, epochs: 50, max_steps: 4, batch_size: 32,
+        init_uniform: 0.1, device: cpu, threads: 1, log_every: 100, valid_every: 4}}
+ngram: {{path: train, order: 3, alpha: 0.5, domains: "a b"}}
+"""
+
+
+def test_multi_domain_training_uses_each_domains_ngram(tmp_path):
+    """ngram.domains (Li et al. 2022, section 5.2): one model, one n-gram per domain, estimated
+    from that domain's text only; training and validation pick each sentence's own."""
+    from attnmt.config import load_config
+    from attnmt.ngram.model import load_ngram
+    from attnmt.runs.loader import load_run
+
+    d = tmp_path / "data"
+    for name, rule, seed in (("a", rule_a, 0), ("b", rule_b, 1)):
+        (d / name).mkdir(parents=True)
+        _write_lm_corpus(d / name, rule, 100, seed)
+        dev = [" ".join(f"w{x}" for x in s) for s in rule_corpus(rule, 10, length=10, seed=seed + 10)]
+        (d / name / "dev.txt").write_text("".join(x + "\n" for x in dev))
+    config = tmp_path / "lm.yaml"
+    config.write_text(DOMAIN_CONFIG.format(d=d))
+    run = tmp_path / "run"
+    assert _train(config, run)["step"] == 4
+    gram = {k: load_ngram(run / f"ngram.train.{k}.bin") for k in "ab"}
+    loaded = load_run(run, "last", "cpu")
+    assert isinstance(loaded.model, NgramResidual) and loaded.model.domain_ngrams
+    tok = loaded.tgt_tok
+    text_a = [tok.encode(x) for x in (d / "a" / "dev.txt").read_text().splitlines()]
+    # each n-gram knows its own rule only: domain a's text is far likelier under a's n-gram
+    tgt = torch.tensor([[BOS] + s for s in text_a])
+    gold = torch.tensor([s + [3] for s in text_a])
+    logp = {k: float(g.sequence_logprobs(tgt).gather(-1, gold.unsqueeze(-1)).sum()) for k, g in gram.items()}
+    assert logp["a"] > logp["b"] + 50
+    # validation saw both domains: the log has a dev perplexity
+    log = [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
+    assert any(r.get("event") == "valid" for r in log)
+    # config errors name the key
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DOMAIN_CONFIG.format(d=d).replace('"{d}/{{domain}}/text.txt"'.format(d=d), f'"{d}/a/text.txt"'))
+    with pytest.raises(UserError, match="data.train"):
+        load_config(bad)
+    with pytest.raises(UserError, match="ngram.domains"):
+        load_config(config, ["task=translate"])

@@ -26,6 +26,13 @@ n-gram file (plug and play) touches no neural weight. Config (``ngram:`` section
 
 ``path: train`` estimates an ``order``-gram model from the run's tokenised training targets when
 training starts and keeps it as RUN/ngram.train.bin.
+
+Multi-domain LMs as Li et al. 2022 (section 5.2) ran them: ``domains: "it law ..."`` trains one
+neural model on every domain's text, each sentence with *its own domain's* n-gram (path with
+``{domain}``, or ``train``: RUN/ngram.train.<domain>.bin from that domain's training text). The
+trainer's LM batches carry each sentence's domain index as its one source token (an LM ignores
+its source; train/data.py), and ``forward`` picks the n-gram per sentence. At test the n-gram is
+chosen per file (``attnmt eval --ngram``), as in the paper.
 """
 
 from __future__ import annotations
@@ -93,6 +100,8 @@ class NgramResidual(nn.Module):
         # The trainer passes ``lambda: trainer.step`` so annealing follows the update count (also
         # across --resume); a loaded checkpoint fixes the step it was saved at.
         self.step_fn: Callable[[], int] = step_fn or (lambda: 0)
+        # ngram.domains: n-gram k scores the sentences whose source token is k (module docstring)
+        self.domain_ngrams: list[NgramLM] = []
 
     # -- settings ------------------------------------------------------------------------------
     @property
@@ -110,17 +119,33 @@ class NgramResidual(nn.Module):
     def _active(self) -> bool:
         return self.mode == "interp" or self.alpha != 0.0
 
-    def _ng(self, device: torch.device) -> NgramLM:
-        if self.ngram._device != device:
-            self.ngram.to(device)
-        return self.ngram
+    def _ng(self, device: torch.device, ngram: NgramLM | None = None) -> NgramLM:
+        ngram = ngram or self.ngram
+        if ngram._device != device:
+            ngram.to(device)
+        return ngram
+
+    def _sequence_logprobs(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """(B, T, V) n-gram log-probabilities of ``tgt_in``: each sentence's own domain's n-gram
+        when the batch carries domain indices (an LM's one source token), else ``self.ngram``."""
+        if not self.domain_ngrams or src.dim() != 2 or src.size(1) != 1:
+            return self._ng(tgt_in.device).sequence_logprobs(tgt_in)
+        domain = src[:, 0]
+        out = None
+        for k in domain.unique().tolist():
+            rows = (domain == k).nonzero().squeeze(1)
+            part = self._ng(tgt_in.device, self.domain_ngrams[k]).sequence_logprobs(tgt_in[rows])
+            if out is None:
+                out = part.new_empty(tgt_in.size(0), *part.shape[1:])
+            out[rows] = part
+        return out
 
     # -- the generation interface --------------------------------------------------------------
     def forward(self, src, src_lengths, tgt_in, need_weights: bool = False):
         logits, weights = self.model(src, src_lengths, tgt_in, need_weights)  # (B, T, V)
         if not self._active():
             return logits, weights
-        ng = self._ng(tgt_in.device).sequence_logprobs(tgt_in)  # (B, T, V): row t predicts t+1
+        ng = self._sequence_logprobs(src, tgt_in)  # (B, T, V): row t predicts t+1
         return combine(logits, ng, self.mode, self.alpha, self.lam), weights
 
     def encode(self, src, src_lengths):
@@ -201,25 +226,41 @@ def attach_ngram(
     step_fn: Callable[[], int] | None = None,
     train_tgt: Sequence[Sequence[int]] | None = None,
     sync: Callable[[], None] = lambda: None,
+    train_src: Sequence[Sequence[int]] | None = None,
 ) -> nn.Module:
     """Wrap ``model`` as ``cfg.ngram`` says; the model itself when no n-gram is configured.
 
     The trainer passes ``step_fn`` (annealing follows training) and ``train_tgt`` (to estimate
     ``path: train`` on first start; ranks without it wait in ``sync`` and then load the file);
-    loading a checkpoint passes its ``step``.
+    loading a checkpoint passes its ``step``. With ``domains``, ``train_src`` holds each training
+    sentence's domain index and the wrapper gets one n-gram per domain (the first is its
+    ``ngram``, which sentences without a domain index use).
     """
     ng: NgramConfig = cfg.ngram
     if not ng.path:
         return model
-    path = resolve_path(ng.path, run_dir)
-    if ng.path == TRAIN_PATH and not path.exists():
+    domains = ng.domains.split()
+    if not domains:
+        paths = [resolve_path(ng.path, run_dir)]
+    elif ng.path == TRAIN_PATH:
+        paths = [resolve_path(ng.path, run_dir).with_name(f"ngram.train.{name}.bin") for name in domains]
+    else:
+        paths = [resolve_path(ng.path.replace("{domain}", name), run_dir) for name in domains]
+    if ng.path == TRAIN_PATH and not all(p.exists() for p in paths):
         if train_tgt is not None:
-            build_train_ngram(train_tgt, tgt_tok, ng.order, path)
+            for k, path in enumerate(paths):
+                own = train_tgt if not domains else [t for t, s in zip(train_tgt, train_src or []) if s == [k]]
+                if not own:
+                    raise UserError(f"ngram.domains: no training sentence of domain {domains[k]!r}")
+                build_train_ngram(own, tgt_tok, ng.order, path)
         sync()
-    lm = load_ngram(path)
-    check_vocab(lm, tgt_tok, str(path))
+    lms = [load_ngram(p) for p in paths]
+    for lm, path in zip(lms, paths):
+        check_vocab(lm, tgt_tok, str(path))
     fn = step_fn or (lambda: step)
-    return NgramResidual(model, lm, ng.alpha, ng.anneal_steps, ng.mode, ng.lam, fn)
+    wrapper = NgramResidual(model, lms[0], ng.alpha, ng.anneal_steps, ng.mode, ng.lam, fn)
+    wrapper.domain_ngrams = lms if domains else []
+    return wrapper
 
 
 _STEP = re.compile(r"step-(\d+)")

@@ -58,6 +58,26 @@ def _lower(lines: list[str], cfg: Config) -> list[str]:
     return [line.lower() for line in lines] if cfg.data.lowercase else lines
 
 
+def _lm_lines(path: str, domains: list[str], cfg: Config) -> tuple[list[str], list[int | None]]:
+    """An LM's non-empty lines and each one's domain index (None without ngram.domains, whose
+    "{domain}" in ``path`` names one file per domain)."""
+    if not domains:
+        lines = [x for x in _lower(read_lines(path), cfg) if x.strip()]
+        return lines, [None] * len(lines)
+    lines, index = [], []
+    for k, name in enumerate(domains):
+        part = [x for x in _lower(read_lines(path.replace("{domain}", name)), cfg) if x.strip()]
+        lines += part
+        index += [k] * len(part)
+    return lines, index
+
+
+def _domain_source(k: int | None) -> list[int]:
+    """An LM reads no source; with ngram.domains its one "source token" is the sentence's domain
+    index, which the NgramRes head reads to pick that domain's n-gram (ngram/residual.py)."""
+    return [] if k is None else [k]
+
+
 def prepare_data(
     cfg: Config, run_dir: Path, create_tokenizers: bool, sync: Callable[[], None] = lambda: None
 ) -> TaskData:
@@ -88,19 +108,24 @@ def prepare_data(
             data.dev_tgt = encode_corpus(tgt_tok, _lower(dtgt, cfg))
         return data
     if cfg.task == "lm":
-        lines = [x for x in _lower(read_lines(d.train), cfg) if x.strip()]
+        domains = cfg.ngram.domains.split()
+        lines, line_domains = _lm_lines(d.train, domains, cfg)
         if not lines:
             raise UserError("training text has no non-empty lines", d.train)
         tgt_tok = _tokenizer(cfg, run_dir, "tgt", lines, create_tokenizers)
         sync()
         if not create_tokenizers:
             tgt_tok = load_tokenizer(run_dir, "tgt")
-        ids = [seq[: d.max_len] for seq in encode_corpus(tgt_tok, lines) if seq]
-        data = TaskData(None, tgt_tok, [[] for _ in ids], ids)
+        kept = [(seq[: d.max_len], k) for seq, k in zip(encode_corpus(tgt_tok, lines), line_domains) if seq]
+        data = TaskData(None, tgt_tok, [_domain_source(k) for _, k in kept], [seq for seq, _ in kept])
+        if domains:
+            counts = [sum(k == i for _, k in kept) for i in range(len(domains))]
+            data.notes.append("domains: " + ", ".join(f"{n} {c}" for n, c in zip(domains, counts)))
         if d.dev:
-            dev = [x for x in _lower(read_lines(d.dev), cfg) if x.strip()]
-            data.dev_tgt = [s for s in encode_corpus(tgt_tok, dev) if s]
-            data.dev_src = [[] for _ in data.dev_tgt]
+            dev, dev_domains = _lm_lines(d.dev, domains, cfg)
+            kept = [(seq, k) for seq, k in zip(encode_corpus(tgt_tok, dev), dev_domains) if seq]
+            data.dev_tgt = [seq for seq, _ in kept]
+            data.dev_src = [_domain_source(k) for _, k in kept]
         return data
     if cfg.task == "classify":
         return _prepare_classify(cfg, run_dir, create_tokenizers, sync)

@@ -148,7 +148,7 @@ class Trainer:
 
         self.model = attach_ngram(self.model, cfg, run_dir, self.data.tgt_tok, step_fn=lambda: self.step,
                                   train_tgt=self.data.train_tgt if self.dist.main else None,
-                                  sync=self.dist.barrier)
+                                  sync=self.dist.barrier, train_src=self.data.train_src)
         self.optimizer = make_optimizer(cfg, self.model)
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
         self.elapsed, self.best_ppl = 0.0, float("inf")
