@@ -22,9 +22,10 @@ What it does, on the machine it runs on:
 4. **Training**, one side after the other, each for BUDGET seconds of wall clock for the whole
    command (start-up, vocabulary, data loading and checkpoints included): OpenNMT-py under
    ``timeout BUDGET``, saving a checkpoint every 25 updates (its last one before the kill is its
-   result: on average it loses half of 25 updates); attnmt under ``timeout -s TERM BUDGET``, whose
-   handler finishes the update in progress and writes a checkpoint (its result: at most one update
-   past the budget). Neither validates inside the budget unless its config says so (OpenNMT-py's
+   result: on average it loses half of 25 updates); attnmt with ``train.max_time = BUDGET - 10`` seconds of
+   update time (so a schedule that decays over the budget, ``train.schedule: linear``, reaches its
+   end), after which it writes its final checkpoint and exits, under ``timeout -s TERM BUDGET`` as a
+   safety net (the handler finishes the update in progress and writes a checkpoint). Neither validates inside the budget unless its config says so (OpenNMT-py's
    reference config validates every 1,000 updates).
 5. **Measures.** ``steps``: updates in the evaluated state. ``tgt_tok_s``: target pieces per second
    (``</s>`` included, padding excluded) between the first and the last progress report of the run,
@@ -64,6 +65,8 @@ ONMT_DEPS = [
     "pyahocorasick", "ctranslate2<5,>=4", "spacy", "fasttext-wheel", "flask", "waitress",
     "sentencepiece",
 ]
+STOP_MARGIN = 10  # attnmt stops itself this many seconds of update time before the budget (start-up
+# and checkpoints take ~5 s), so a schedule that decays over the budget ends where it should
 REPORT_EVERY = 25  # both sides: a progress record (and, for OpenNMT-py, a checkpoint) every 25 updates
 
 # OpenNMT-py 3.5.1's reference recipe for this corpus (paths and sizes filled in per run)
@@ -130,6 +133,27 @@ def prepare_data(src_dir: Path, out: Path) -> Path:
 def target_pieces(path: Path) -> int:
     """Pieces of a piece file, one </s> per line included."""
     return sum(len(line.split()) + 1 for line in path.read_text(encoding="utf-8").splitlines())
+
+
+def train_flops_per_target_piece(data: Path, hidden: int, embed: int = 256, vocab: int = 8000) -> float:
+    """Floating-point operations one training update spends per target piece, for the race's model
+    on its training pairs (both ≤ 100 pieces): forward multiply-adds of the 2-layer encoder
+    (4H·(E+H) + 4H·2H per source piece) and of the decoder per target piece (input feeding
+    4H·(E+2H), 4H·2H, the `general` query H², scores and context 2·S·H, W_c 2H·H, output V·H),
+    × 2 (a multiply-add is two operations) × 3 (backward ≈ twice forward). Elementwise work is
+    left out, so the achieved GFLOP/s it gives is a lower bound of the matrix throughput."""
+    h, e = hidden, embed
+    src = (data / "train.sp.en").read_text(encoding="utf-8").splitlines()
+    tgt = (data / "train.sp.es").read_text(encoding="utf-8").splitlines()
+    macs = pieces = 0
+    for x, y in zip(src, tgt):
+        s, t = len(x.split()) + 1, len(y.split()) + 1
+        if s > 101 or t > 101:
+            continue
+        macs += s * (4 * h * (e + h) + 4 * h * 2 * h)
+        macs += t * (4 * h * (e + 2 * h) + 4 * h * 2 * h + h * h + 2 * s * h + 2 * h * h + vocab * h)
+        pieces += t
+    return 6.0 * macs / max(pieces, 1)
 
 
 def score(hyps: list[str], refs: list[str]) -> dict:
@@ -264,7 +288,7 @@ def race_attnmt(data: Path, run_dir: Path, size: int, budget: float, threads: in
     attnmt = [sys.executable, "-m", "attnmt"]  # this checkout's attnmt
     sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
             f"data.tgt_spm={data / 'spm.es.model'}", f"model.hidden={size}", f"train.threads={threads}",
-            f"train.log_every={REPORT_EVERY}"] + extra
+            f"train.log_every={REPORT_EVERY}", f"train.max_time={budget - STOP_MARGIN:g}"] + extra
     log = run_dir.parent / f"{run_dir.name}.train.log"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     cmd = ["timeout", "-s", "TERM", str(budget)] + attnmt + ["train", str(ROOT / "configs" / "race-lstm.yaml"),
@@ -286,7 +310,8 @@ def race_attnmt(data: Path, run_dir: Path, size: int, budget: float, threads: in
     if end is None:
         raise RaceError(f"attnmt did not finish cleanly within {budget:g} s (see {log})")
     result = rates(records, budget, end["step"], end["tokens"])
-    result["state"] = "checkpoint written on SIGTERM after the update in progress"
+    result["state"] = ("final checkpoint at train.max_time" if end.get("reason") == "budget"
+                       else "checkpoint written on SIGTERM after the update in progress")
     ppl = subprocess.run(attnmt + ["score", "--model", str(run_dir), "--src", str(data / "dev.en"),
                                    "--ref", str(data / "dev.es"), "--json"],
                          capture_output=True, text=True, env=env)
@@ -340,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                 row["opennmt"] = race_opennmt(bin_dir, data, out / str(size) / "opennmt", size,
                                               args.budget, args.threads)
                 print(f"size {size} opennmt: {json.dumps(row['opennmt'])}", flush=True)
+            flops = train_flops_per_target_piece(data, size)
+            for side in ("attnmt", "opennmt"):
+                if side in row:
+                    row[side]["gflop_s"] = round(row[side]["tgt_tok_s"] * flops / 1e9, 1)
             if "attnmt" in row and "opennmt" in row:
                 a, o = row["attnmt"], row["opennmt"]
                 row["ratio"] = {

@@ -140,3 +140,14 @@ def test_max_len_cap_limits_single_and_ensemble_outputs(runs, tmp_path):
     assert main(["translate", "--model", str(runs["dot"]), "-i", str(src), "-o", str(out), "--beam", "1",
                  "--max-len-ratio", "10", "--max-len-cap", "2"]) == 2
     assert not out.exists()
+
+
+def test_parallel_batch_workers_give_the_same_translations(runs):
+    """--workers N searches N batches at once, one thread each: same output as one at a time."""
+    lines = SRC * 3
+    translator = Translator.from_run(runs["dot"], device="cpu")
+    one = translator.translate(lines, beam=3, batch_size=2, workers=1)
+    two = translator.translate(lines, beam=3, batch_size=2, workers=2)
+    assert [t[0].text for t in two] == [t[0].text for t in one]
+    assert [t[0].score for t in two] == pytest.approx([t[0].score for t in one], abs=1e-5)
+    assert torch.get_num_threads() >= 1

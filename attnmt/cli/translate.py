@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", default="best", choices=["best", "complete"],
                    help="beam: a sentence is done when its best extension ends (best, as OpenNMT-py) "
                    "or when it has --beam finished hypotheses (complete)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="batches searched at once, one CPU thread each (0: one per torch thread on CPU)")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
         length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
         with_attention=bool(args.alignments), max_len_cap=args.max_len_cap, stop=args.stop,
+        workers=args.workers,
     )
     cut = next((i for i, hyps in enumerate(results)
                 if hyps and len(hyps[0].tgt_pieces) >= args.max_len_cap), None)
