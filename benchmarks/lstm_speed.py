@@ -1,5 +1,11 @@
 """Training and beam-search speed of the Luong LSTM model, against OpenNMT-py on the same model.
 
+A tool for finding hot spots, not the speed claim. It measures the model's compute alone, in one
+process: synthetic batches of uniform lengths, OpenNMT-py's model called without its trainer, data
+pipeline or checkpointing, per-thread CPU time on one thread. Its ratios have disagreed with the
+end-to-end race by a wide margin (1.2x here while the race gave 0.74x). The claim is
+``benchmarks/peer_race.py``: each toolkit's own trainer and translator on the Bible, same budget.
+
 Both sides run the same network (2-layer LSTM encoder, 2-layer input-feeding LSTM decoder,
 global attention ``general`` or ``dot``, tanh(W_c[c_t; h_t]), softmax output over 8000 words,
 hidden = embed = 256, dropout 0.2) with the SAME weights: ours is built and initialised
