@@ -8,7 +8,7 @@ SRC ?= en
 TGT ?= es
 RUN ?= runs/demo
 CONFIG ?= configs/demo.yaml
-BUDGET ?= 660
+BUDGET ?= 680
 BEAM ?= 5
 STAMP := .make
 
