@@ -45,3 +45,35 @@ def test_load_translates_and_scores_like_the_library(tmp_path):
         model.score(TGT[:2])
     with pytest.raises(UserError, match="classify"):
         model.classify(["x"])
+
+
+def test_score_model_is_an_alias_of_eval(tmp_path, capsys):
+    import json
+
+    from attnmt.cli.main import main
+
+    run = make_run(tmp_path, "run", ["model.attention=global", "model.score=general"])
+    (tmp_path / "t.en").write_text("\n".join(SRC) + "\n", encoding="utf-8")
+    (tmp_path / "t.es").write_text("\n".join(TGT) + "\n", encoding="utf-8")
+    assert main(["eval", "--model", str(run), "--input", str(tmp_path / "t"), "--json"]) == 0
+    prefix = json.loads(capsys.readouterr().out)["results"][0]
+    assert main(["eval", "--model", str(run), "--src", str(tmp_path / "t.en"), "--input", str(tmp_path / "t.es"),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0] == prefix
+    assert main(["score", "--model", str(run), "--src", str(tmp_path / "t.en"), "--ref", str(tmp_path / "t.es"),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ppl": round(prefix["ppl"], 3),
+                                                   "word_ppl": round(prefix["word_ppl"], 3),
+                                                   "tokens": prefix["tokens"], "words": prefix["words"]}
+    assert attnmt.load(run, device="cpu").score(TGT, sources=SRC)["ppl"] == pytest.approx(prefix["ppl"])
+    (tmp_path / "short.en").write_text(SRC[0] + "\n", encoding="utf-8")
+    assert main(["score", "--model", str(run), "--src", str(tmp_path / "short.en"), "--ref",
+                 str(tmp_path / "t.es")]) == 2
+    assert "line counts differ" in capsys.readouterr().err
+    assert main(["score", "--model", str(run), "--ref", str(tmp_path / "t.es")]) == 2
+    assert "--src is needed" in capsys.readouterr().err
+    # the files are read before the run is loaded: a missing file is named even when the run is missing too
+    for argv in (["score", "--ref", str(tmp_path / "t.es")], ["eval", "--input", str(tmp_path / "t.es")]):
+        assert main([*argv, "--model", str(tmp_path / "no-run"), "--src", str(tmp_path / "none.en")]) == 2
+        err = capsys.readouterr().err
+        assert "none.en" in err and "no-run" not in err and err.count("\n") == 1

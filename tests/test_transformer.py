@@ -234,7 +234,7 @@ def test_train_translate_and_score_end_to_end(tmp_path, capsys):
 
 
 def test_lm_trains_end_to_end(tmp_path):
-    from attnmt.eval.perplexity import run_perplexity
+    from attnmt.eval.perplexity import perplexity_report
     from attnmt.train.training import run_training
 
     lines = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"] * 20
@@ -248,6 +248,6 @@ def test_lm_trains_end_to_end(tmp_path):
     )
     summary = run_training(str(config), str(tmp_path / "run"), [], False)
     assert summary["best_dev_ppl"] < 8  # vocabulary of 12 words; uniform would be ~13
-    result = run_perplexity(str(tmp_path / "run"), None, str(tmp_path / "dev.txt"))
+    result = perplexity_report(str(tmp_path / "run"), str(tmp_path / "dev.txt"))["results"][0]
     assert abs(result["ppl"] - summary["best_dev_ppl"]) < 1e-2
     assert EOS == 3

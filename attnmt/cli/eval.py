@@ -1,9 +1,12 @@
-"""attnmt eval --model RUN --input F [--ngram M] [--alpha A[,A..]] [--lambda L[,L..]] [--ngram-only]
-             [--tune-on DEV | --pick-on-test] [--json]
+"""attnmt eval --model RUN --input F [--src F] [--ngram M] [--alpha A[,A..]] [--lambda L[,L..]]
+             [--ngram-only] [--tune-on DEV | --pick-on-test] [--json]
 
 Perplexity (per piece and per word) of a language model (``--input``: text, one sentence a line)
-or a translation model (``--input``: parallel prefix or .tsv, the run's languages); the
-computation is attnmt/eval/perplexity.py. Settings:
+or a translation model (``--input``: parallel prefix or .tsv, the run's languages, or the target
+file with ``--src`` its source file); the computation is attnmt/eval/perplexity.py.
+``attnmt score --model RUN --src S --ref T`` is an alias of ``attnmt eval --model RUN --src S
+--input T`` that prints the configured setting's ppl, word_ppl, tokens and words only.
+Settings:
 
     (none)        the run as configured (its n-gram and α at the checkpoint's step, if any)
     --alpha LIST  NgramRes: softmax(φ(h) + α·log P_ng) for each α (α = 0: the neural model alone)
@@ -34,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="training run directory")
     p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
     p.add_argument("--input", "-i", required=True,
-                   help="LM: text file; translation: parallel prefix (PREFIX.src/.tgt) or .tsv")
+                   help="LM: text file; translation: parallel prefix (PREFIX.src/.tgt) or .tsv, "
+                   "or the target file with --src")
+    p.add_argument("--src", help="translation: the source file of --input's targets")
     p.add_argument("--ngram", help="n-gram model to use instead of the run's (same target vocabulary)")
     p.add_argument("--alpha", help="NgramRes α, or a comma-separated grid")
     p.add_argument("--lambda", dest="lam", help="Prob-Inter λ, or a comma-separated grid")
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     out = perplexity_report(
         args.model, args.input, args.checkpoint, args.device, args.ngram,
         _grid(args.alpha, "--alpha"), _grid(args.lam, "--lambda"), args.ngram_only, args.tune_on,
-        args.batch_tokens, args.pick_on_test,
+        args.batch_tokens, args.pick_on_test, args.src,
     )
     for warning in out.get("warnings", []):
         print(f"attnmt: warning: {warning}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """attnmt score --hyp F --ref F [--json]          BLEU (detokenised and tokenised) and chrF
-attnmt score --model RUN --src F --ref F         perplexity per piece and per word: short for
-                                                 `attnmt eval`'s default setting on two files
-                                                 (attnmt/eval/perplexity.py)"""
+attnmt score --model RUN --src F --ref F         perplexity per piece and per word: an alias of
+                                                 `attnmt eval --model RUN --src F --input F` that
+                                                 prints ppl, word_ppl and the counts only"""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hyp", help="system output, one sentence per line")
     p.add_argument("--ref", required=True, help="reference translations")
     p.add_argument("--model", help="run directory: report perplexity (per piece and per word) of "
-                   "--ref given --src, as `attnmt eval` does")
+                   "--ref given --src (an alias of `attnmt eval --src S --input REF`)")
     p.add_argument("--src", help="source side for --model")
     p.add_argument("--lang", default="en", help="language for the tokenised BLEU variant")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -26,11 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.model:
-        from attnmt.eval.perplexity import run_perplexity
+        from attnmt.eval.perplexity import perplexity_report
 
-        result = run_perplexity(args.model, args.src, args.ref)
-        for warning in result.pop("warnings", []):
+        # batch_tokens=4000: what this form always used, so its numbers stay those in docs/
+        out = perplexity_report(args.model, args.ref, batch_tokens=4000, source=args.src, target_file=True)
+        for warning in out.get("warnings", []):
             print(f"attnmt: warning: {warning}", file=sys.stderr)
+        row = out["results"][0]
+        result = {"ppl": round(row["ppl"], 3), "word_ppl": round(row["word_ppl"], 3), "tokens": row["tokens"],
+                  "words": row["words"]}
     else:
         if not args.hyp:
             raise UserError("give --hyp (to score translations) or --model and --src (perplexity)")

@@ -170,7 +170,7 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     """Translate the test set with the row's model(s), then BLEU and (single models) perplexity.
     Rows with unk replacement also report the BLEU before replacement, of copying only (no
     dictionary) and with the paper's attention timing (attnmt.decode.force)."""
-    from attnmt.eval.perplexity import run_perplexity
+    from attnmt.eval.perplexity import perplexity_report
     from attnmt.decode.ensemble import load_translator
     from attnmt.decode.unk_replace import load_dictionary, replace_unks, target_rank
     from attnmt.eval.scoring import score_all
@@ -206,8 +206,9 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     write_lines(s.out / "hyp" / f"{row.name}.txt", hyps)
     result.update(score_all(hyps, ref, s.tgt))
     if len(runs) == 1:
-        result["ppl"] = run_perplexity(str(runs[0]), str(s.out / f"test.{s.src}"),
-                                         str(s.out / f"test.{s.tgt}"))["ppl"]
+        report = perplexity_report(str(runs[0]), str(s.out / f"test.{s.tgt}"), batch_tokens=4000,
+                                   source=str(s.out / f"test.{s.src}"))
+        result["ppl"] = round(report["results"][0]["ppl"], 3)
     return result
 
 

@@ -14,7 +14,7 @@ Settings, each scored from one neural forward pass and one n-gram query per batc
     Setting("interp", λ)     Prob-Inter: λ·P_neural + (1−λ)·P_ng
     Setting("ngram")         the n-gram model alone, in the same token space
 
-``perplexity_report`` is ``attnmt eval``; ``run_perplexity`` the one number of ``attnmt score --model``.
+``perplexity_report`` is ``attnmt eval`` and its alias ``attnmt score --model`` (the first row only).
 """
 
 from __future__ import annotations
@@ -85,12 +85,31 @@ def _task_texts(run: Run, sources: list[str] | None, targets: list[str], where: 
     return src, tgt, words, truncation_warning([run], scored)
 
 
-def read_eval_data(run: Run, path: str) -> tuple[list[list[int]], list[list[int]], int, str | None]:
-    """``encode_texts`` of a file (LM text, or a parallel prefix / .tsv in the run's languages),
-    and the truncation warning."""
-    if run.cfg.task == "translate":
-        return _task_texts(run, *read_parallel(path, run.cfg.data.src, run.cfg.data.tgt)[:2], path)
-    return _task_texts(run, None, read_lines(path), path)
+def read_target_file(path: str, source: str | None) -> tuple[list[str] | None, list[str]]:
+    """(lines of ``source`` or None, lines of ``path``): a target file and its source file, read
+    before the run is loaded so that a typo does not cost a model load."""
+    targets = read_lines(path)
+    return (read_lines(source) if source else None), targets
+
+
+def read_eval_data(run: Run, path: str, source: str | None = None,
+                   lines: tuple[list[str] | None, list[str]] | None = None,
+                   ) -> tuple[list[list[int]], list[list[int]], int, str | None]:
+    """``encode_texts`` of a file and the truncation warning. The file is LM text or, for a
+    translation run, a parallel prefix / .tsv in the run's languages; with ``lines`` (from
+    ``read_target_file``) it is the target file ``path`` and its sources come from ``source``."""
+    if lines is None:
+        if run.cfg.task == "translate":
+            return _task_texts(run, *read_parallel(path, run.cfg.data.src, run.cfg.data.tgt)[:2], path)
+        return _task_texts(run, None, read_lines(path), path)
+    srcs, refs = lines
+    if run.cfg.task != "translate":  # a language model has no source side
+        return _task_texts(run, None, refs, path)
+    if srcs is None:
+        raise UserError("--src is needed for a translation model's perplexity")
+    if len(srcs) != len(refs):
+        raise UserError(f"line counts differ: {source} has {len(srcs)} lines, {path} has {len(refs)}")
+    return _task_texts(run, srcs, refs, f"{source}, {path}")
 
 
 @torch.no_grad()
@@ -148,14 +167,19 @@ def perplexity_report(
     tune_on: str | None = None,
     batch_tokens: int = 3000,
     pick_on_test: bool = False,
+    source: str | None = None,
+    target_file: bool = False,
 ) -> dict:
     """Perplexity of run ``run_dir`` on ``path`` under its configured setting, or under a grid of
     α (NgramRes) and λ (Prob-Inter) values.
 
-    A grid's setting is chosen only on a separate tuning file, ``tune_on`` ("best"). Choosing it
-    on ``path`` itself is tuning on the test data: only with ``pick_on_test``, and then reported
-    as "best_on_test", never as "best". Returns {"model", "input", "results": rows, "best":
-    label|None[, "best_on_test"][, "tune_on", "dev"][, "warnings"]}."""
+    ``path`` is LM text or a parallel prefix / .tsv; with ``source`` (or ``target_file``) it is a
+    target file and ``source`` its source file (``attnmt eval --src``, and ``attnmt score --model``,
+    which always reads a target file). A grid's setting is chosen only on a separate tuning file,
+    ``tune_on`` ("best"). Choosing it on ``path`` itself is tuning on the test data: only with
+    ``pick_on_test``, and then reported as "best_on_test", never as "best". Returns {"model",
+    "input", "results": rows, "best": label|None[, "best_on_test"][, "tune_on", "dev"][, "warnings"]}."""
+    lines = read_target_file(path, source) if source is not None or target_file else None
     if tune_on and pick_on_test:
         raise UserError("--tune-on and --pick-on-test exclude each other: choose on a tuning file or say you chose on the test input")
     if tune_on and Path(tune_on).resolve() == Path(path).resolve():
@@ -185,7 +209,7 @@ def perplexity_report(
         out["tune_on"] = tune_on
         out["dev"] = dev_rows
         warnings += [f"{tune_on}: {warning}"] if warning else []
-    *data, warning = read_eval_data(run, path)
+    *data, warning = read_eval_data(run, path, source, lines)
     rows = perplexities(model, ngram, settings, *data, device, batch_tokens)
     warnings += [f"{path}: {warning}"] if warning else []
     if pick_on_test:
@@ -194,25 +218,3 @@ def perplexity_report(
     if warnings:
         out["warnings"] = warnings
     return out
-
-
-def run_perplexity(run_dir: str, src_path: str | None, ref_path: str, device: str = "auto") -> dict:
-    """{"ppl", "word_ppl", "tokens", "words"[, "warnings"]} of the best checkpoint on ``ref_path``
-    (given ``src_path`` for a translation run), as the run decodes (its n-gram setting included)."""
-    refs = read_lines(ref_path)  # the files first: a typo should not cost a model load
-    given = read_lines(src_path) if src_path else None
-    run = load_run(run_dir, "best", device)
-    srcs = None
-    if run.cfg.task == "translate":
-        if given is None:
-            raise UserError("--src is needed for a translation model's perplexity")
-        srcs = given
-        if len(srcs) != len(refs):
-            raise UserError(f"line counts differ: {src_path} has {len(srcs)} lines, {ref_path} has {len(refs)}")
-    src, tgt, words, warning = _task_texts(run, srcs, refs, ref_path if srcs is None else f"{src_path}, {ref_path}")
-    ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
-    row = perplexities(unwrap(run.model), ngram, [configured_setting(run.model)], src, tgt, words,
-                       run.device, 4000)[0]
-    out = {"ppl": round(row["ppl"], 3), "word_ppl": round(row["word_ppl"], 3), "tokens": row["tokens"],
-           "words": row["words"]}
-    return {**out, "warnings": [warning]} if warning else out
