@@ -1,12 +1,15 @@
 # attnmt — the two commands of the README, plus helpers.
 #   make demo                 build the Bible corpus, train, translate, score, draw a heatmap
-#   make demo CORPUS=dir      the same on your corpus: dir/{train,dev,test}.{SRC,TGT}
+#   make demo CORPUS=dir      the same on your corpus: dir/{train,dev,test}.{SRC,TGT}, run runs/demo-dir
 #   make test                 install what is missing and run the test suite
 PYTHON ?= python3
 CORPUS ?=
 SRC ?= en
 TGT ?= es
-RUN ?= runs/demo
+# One run per corpus and direction: `make demo` resumes its run (an interrupted demo or a longer
+# BUDGET continues), so another corpus must not land in the Bible's run and silently reuse it.
+CORPUS_NAME = $(subst /,_,$(patsubst /%,%,$(patsubst %/,%,$(CORPUS))))
+RUN ?= runs/demo$(if $(CORPUS),-$(CORPUS_NAME))$(if $(filter-out en-es,$(SRC)-$(TGT)),-$(SRC)-$(TGT))
 CONFIG ?= configs/demo.yaml
 BUDGET ?= 680
 BEAM ?= 5

@@ -4,6 +4,8 @@ gives what the commands give."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -77,3 +79,20 @@ def test_score_model_is_an_alias_of_eval(tmp_path, capsys):
         assert main([*argv, "--model", str(tmp_path / "no-run"), "--src", str(tmp_path / "none.en")]) == 2
         err = capsys.readouterr().err
         assert "none.en" in err and "no-run" not in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_gives_each_corpus_its_own_run():
+    """`make demo` resumes its run, so another corpus or direction must train a run of its own
+    (the Bible run, resumed on another corpus, would translate it with the Bible's vocabulary)."""
+
+    def run_dir(*variables: str) -> str:
+        out = subprocess.run(["make", "-n", "-C", str(README.parent), "demo", *variables],
+                             capture_output=True, text=True, check=True).stdout
+        return re.search(r"attnmt train \S+ --out (\S+)", out).group(1)
+
+    assert run_dir() == "runs/demo"
+    assert run_dir("CORPUS=corpora/mine/") == "runs/demo-corpora_mine"
+    assert run_dir("CORPUS=mine", "SRC=es", "TGT=en") == "runs/demo-mine-es-en"
+    assert run_dir("SRC=es", "TGT=en") == "runs/demo-es-en"
+    assert run_dir("CORPUS=mine", "RUN=runs/x") == "runs/x"
