@@ -13,7 +13,8 @@ from attnmt.jsonio import dumps
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("score", help="BLEU/chrF of translations, or a model's perplexity")
+    p = sub.add_parser("score", help="BLEU/chrF of translations, or a model's perplexity "
+                       "(--model: an alias of eval --src)")
     p.add_argument("--hyp", help="system output, one sentence per line")
     p.add_argument("--ref", required=True, help="reference translations")
     p.add_argument("--model", help="run directory: report perplexity (per piece and per word) of "
