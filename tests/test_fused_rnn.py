@@ -238,3 +238,42 @@ def test_shared_memory_attention_equals_repeated_memory():
         rows = torch.tensor([5, 2, 11])  # single rows: the shared memory is copied per row
         for a, b in zip(att(query[rows], shared.select(rows)), att(query[rows], copied.select(rows))):
             torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("lengths", [(7, 5, 5, 3, 2, 1), (2, 7, 1, 5, 3, 5)])
+def test_skipped_padding_changes_no_loss_or_gradient(blocks, lengths):
+    """skip_padding=True (what Seq2Seq.token_loss asks for) gives the loss and every gradient of
+    the full loop, with dropout on, rows longest first or in any order; each row's final state is
+    the one it reaches on its own, without padding."""
+    model = _model("general", 2, dropout=0.3).train()
+    torch.manual_seed(5)
+    B, T = len(lengths), max(lengths) + 1
+    src_lengths = torch.tensor([4, 2, 5, 3, 1, 4])
+    src = torch.randint(4, 15, (B, 5)).masked_fill(torch.arange(5) >= src_lengths.unsqueeze(1), 0)
+    tgt_in = torch.randint(4, 13, (B, T)).masked_fill(torch.arange(T) > torch.tensor(lengths).unsqueeze(1), 0)
+    tgt_out = torch.randint(4, 13, (B, T)).masked_fill(tgt_in == 0, 0)
+    keep = tgt_out != 0
+
+    def run(skip):
+        model.zero_grad()
+        torch.manual_seed(11)  # the same dropout masks
+        enc = model.encode(src, src_lengths)
+        features, state, _ = model.decoder.features(tgt_in, model.init_state(enc), enc["memory"], 0, False,
+                                                    skip_padding=skip)
+        loss = torch.nn.functional.cross_entropy(model.decoder.W_s(features[keep]), tgt_out[keep], reduction="sum")
+        loss.backward()
+        return loss.detach(), state, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    loss, state, grads = run(True)
+    want_loss, _, want = run(False)
+    torch.testing.assert_close(loss, want_loss, atol=1e-10, rtol=0)
+    for name in want:
+        torch.testing.assert_close(grads[name], want[name], atol=1e-10, rtol=0, msg=name)
+    model.eval()  # no dropout; autograd stays on: the fused (training) path
+    enc = model.encode(src, src_lengths)
+    _, state, _ = model.decoder.features(tgt_in, model.init_state(enc), enc["memory"], 0, False, skip_padding=True)
+    for b, n in enumerate(lengths):  # on its own: row b without padding
+        enc = model.encode(src[b : b + 1], src_lengths[b : b + 1])
+        _, alone, _ = model.decoder.features(tgt_in[b : b + 1, : n + 1], model.init_state(enc), enc["memory"])
+        torch.testing.assert_close(state["h"][b], alone["h"][0], atol=1e-10, rtol=0)
+        torch.testing.assert_close(state["c"][b], alone["c"][0], atol=1e-10, rtol=0)
