@@ -130,8 +130,7 @@ def beam_search(
     """
     B, K, device = src.size(0), beam_size, src.device
     limits = _max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap)
-    enc = model.encode(src, src_lengths)
-    enc = repeat_rows(enc, K)
+    enc = model.encode(src, src_lengths)  # one row per sentence for the first step, then K
     state = model.init_state(enc)
     prefix = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
     # only the first of the K identical start hypotheses may expand
@@ -145,12 +144,21 @@ def beam_search(
     slot = torch.arange(2 * K, device=device)  # candidate rank j within its sentence
     for t in range(max(limits)):
         n = len(alive)
-        logits, state, weights = model.step(prefix, state, enc, need_weights)
-        logp = _block_specials(torch.log_softmax(logits.float(), dim=-1))  # (n·K, V)
+        if t == 0:  # the K start hypotheses are one: its step once per sentence, then K copies
+            logits, state, weights = model.step(prefix[::K], state, enc, need_weights)
+            logits, state, enc = logits.repeat_interleave(K, 0), repeat_rows(state, K), repeat_rows(enc, K)
+            weights = weights.repeat_interleave(K, 0) if weights is not None else None
+        else:
+            logits, state, weights = model.step(prefix, state, enc, need_weights)
+        # log p = logit − log Σ exp(logits): ranked on the logits, normalised for the 2K kept only
+        logits = logits.float()  # (n·K, V)
+        log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n·K, 1), before blocking, as log_softmax
+        _block_specials(logits)
         # The 2K best of a sentence's K·V extensions are among the 2K best of each of its rows
         # (one score is added to a whole row), so rank each row first and then the K·2K.
-        row_k = min(2 * K, logp.size(-1))
-        row_lp, row_tok = row_topk(logp, row_k)  # (n·K, row_k)
+        row_k = min(2 * K, logits.size(-1))
+        row_lp, row_tok = row_topk(logits, row_k)  # (n·K, row_k)
+        row_lp = row_lp - log_z
         cand = (scores.view(-1, 1) + row_lp).view(n, K * row_k)
         top_scores, top_j = cand.topk(2 * K, dim=-1)  # (n, 2K), best first
         origin = top_j // row_k  # which live hypothesis each candidate extends
