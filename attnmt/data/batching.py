@@ -81,9 +81,7 @@ def make_batches(
 
     by="sents": batch_size sentences per batch; by="tokens": at most batch_size padded target
     tokens per batch. With shuffle, lengths get small random jitter so buckets vary per epoch, and
-    the batch order is shuffled; everything is seeded by (seed, epoch). Each batch lists its
-    sentences longest target first: the decoder's training loop then skips every padded step
-    (models/fused_rnn.py).
+    the batch order is shuffled; everything is seeded by (seed, epoch).
     """
     rng = np.random.default_rng([seed, epoch])
     lengths = np.array([max(len(s), len(t)) for s, t in zip(src, tgt)], dtype=np.float64)
@@ -99,20 +97,16 @@ def make_batches(
             (by == "sents" and len(current) >= batch_size)
             or (by == "tokens" and size * (len(current) + 1) > batch_size)
         ):
-            batches.append(_longest_target_first(current, tgt))
+            batches.append(current)
             current, longest = [], 0
             size = max(len(tgt[i]) + 1, len(src[i]))
         current.append(i)
         longest = size
     if current:
-        batches.append(_longest_target_first(current, tgt))
+        batches.append(current)
     if shuffle:
         rng.shuffle(batches)
     return batches
-
-
-def _longest_target_first(batch: list[int], tgt: list[list[int]]) -> list[int]:
-    return sorted(batch, key=lambda i: -len(tgt[i]))
 
 
 def iterate_batches(

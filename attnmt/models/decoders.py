@@ -191,7 +191,7 @@ class LuongDecoder(nn.Module):
         )
 
     def _fused_features(
-        self, tgt_in: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory, skip_padding: bool
+        self, tgt_in: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
         """``features`` through fused_rnn.input_feeding_loop: the same function and gradients."""
         rnn, E = self.rnn, self.embed_dim
@@ -207,7 +207,6 @@ class LuongDecoder(nn.Module):
         features, h_n, c_n = input_feeding_loop(
             emb_gates, state["h"], state["c"], state["feed"], memory.keys, memory.values,
             memory.mask, self.W_c.weight, weights, biases, p,
-            (tgt_in != PAD).sum(1) if skip_padding else None,
         )
         return features, {"h": h_n, "c": c_n, "feed": features[:, -1]}, None
 
@@ -236,14 +235,11 @@ class LuongDecoder(nn.Module):
         memory: Memory | None,
         start: int = 0,
         need_weights: bool = False,
-        skip_padding: bool = False,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
         """``forward`` up to the output layer: returns the input of W_s, h̃_t after dropout
-        (B, T, H), instead of the logits (a loss can then apply W_s to some positions only).
-        ``skip_padding``: the h̃_t at padding positions (tgt_in = PAD) may be zero instead of
-        computed, and the state returned may be each row's after its last word."""
+        (B, T, H), instead of the logits (a loss can then apply W_s to some positions only)."""
         if self.input_feed and self._fusable(memory, need_weights):
-            return self._fused_features(tgt_in, state, memory, skip_padding)
+            return self._fused_features(tgt_in, state, memory)
         T = tgt_in.size(1)
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         positions = torch.arange(start, start + T, device=tgt_in.device)

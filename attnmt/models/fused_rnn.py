@@ -40,24 +40,10 @@ MIN_BLOCK_ROWS = 24
 _pool: ThreadPoolExecutor | None = None
 
 
-def _bounds(rows: int, blocks: int, work: list[int] | None) -> list[int]:
-    """Block boundaries: equal row counts, or equal sums of ``work`` (one number per row)."""
-    if work is None:
-        return [rows * k // blocks for k in range(blocks + 1)]
-    total, bounds, acc = sum(work), [0], 0
-    for i, w in enumerate(work):
-        if len(bounds) < blocks and acc + w / 2 >= total * len(bounds) / blocks:
-            bounds.append(i)
-        acc += w
-    bounds += [rows] * (blocks + 1 - len(bounds))
-    return bounds
-
-
-def row_blocks(rows: int, run: Callable[[int, int], None], work: list[int] | None = None) -> None:
+def row_blocks(rows: int, run: Callable[[int, int], None]) -> None:
     """Call ``run(lo, hi)`` on consecutive blocks of ``rows`` that together cover them, the blocks
     at the same time on threads that share torch's intra-op threads between them; one call with
-    (0, rows) when there is one thread or too few rows. ``run`` must touch rows lo..hi-1 only.
-    ``work``: each row's cost, to give the blocks equal shares (default: equal row counts)."""
+    (0, rows) when there is one thread or too few rows. ``run`` must touch rows lo..hi-1 only."""
     global _pool
     threads = torch.get_num_threads()
     blocks = min(threads, rows // MIN_BLOCK_ROWS)
@@ -66,7 +52,7 @@ def row_blocks(rows: int, run: Callable[[int, int], None], work: list[int] | Non
         return
     if _pool is None or _pool._max_workers < blocks - 1:
         _pool = ThreadPoolExecutor(blocks - 1, thread_name_prefix="attnmt-rows")
-    bounds = _bounds(rows, blocks, work)
+    bounds = [rows * k // blocks for k in range(blocks + 1)]
     grad = torch.is_grad_enabled()  # thread-local: the pool's threads take the caller's
 
     def run_there(lo: int, hi: int) -> None:
@@ -190,24 +176,6 @@ def lstm_layer(proj: torch.Tensor, w_hh: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 # -- the input-feeding decoder with dot/general attention ---------------------------------------
-def _active_rows(steps: torch.Tensor | None, T: int, B: int) -> Callable[[int, int, int], int]:
-    """active(t, lo, hi): how many rows from lo on a loop must run at step t — up to the last row
-    of lo..hi-1 with more than t steps (all of them without ``steps``). Rows sorted by length,
-    longest first, skip every padded position; in any order the result is still exact."""
-    if steps is None:
-        return lambda t, lo, hi: hi - lo
-    lengths = steps.tolist()
-
-    def active(t: int, lo: int, hi: int) -> int:
-        for i in range(hi - 1, lo - 1, -1):
-            if lengths[i] > t:
-                return i - lo + 1
-        return 0
-
-    return active
-
-
-
 class _InputFeedingLoop(torch.autograd.Function):
     """Teacher-forced steps of the Luong decoder (models/decoders.py), t = 0 .. T-1:
 
@@ -220,7 +188,7 @@ class _InputFeedingLoop(torch.autograd.Function):
     output layer — and the final state (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, emb_gates, h0, c0, feed0, keys, values, mask, steps, w_c, p, n_layers, *params):
+    def forward(ctx, emb_gates, h0, c0, feed0, keys, values, mask, w_c, p, n_layers, *params):
         T, B, _ = emb_gates.shape
         L, H, d_mem = n_layers, h0.size(2), values.size(2)
         weights, biases = params[:L], (None,) + params[L:]
@@ -230,16 +198,13 @@ class _InputFeedingLoop(torch.autograd.Function):
         # inputs[l][t] = [x^l_t ; h^l_{t-1}] (T+1, B, in+H): each cell writes its h_t straight into
         # the next step's slot and (dropped out) into the layer above's; acts: activated gates;
         # cs[l][t] = c^l_{t-1}
-        # with ``steps``, what the weight-gradient products read at skipped positions must be zero
-        full = emb_gates.new_empty if steps is None else emb_gates.new_zeros
-        inputs = [full(T + 1, B, w.size(1)) for w in weights]
+        inputs = [emb_gates.new_empty(T + 1, B, w.size(1)) for w in weights]
         acts = [emb_gates.new_empty(T, B, 4 * H) for _ in range(L)]
         cs = [emb_gates.new_empty(T + 1, B, H) for _ in range(L)]
-        attn = full(T, B, keys.size(1))
-        ctx_top = full(T, B, d_mem + H)  # [c_t; h_t], the input of W_c
+        attn = emb_gates.new_empty(T, B, keys.size(1))
+        ctx_top = emb_gates.new_empty(T, B, d_mem + H)  # [c_t; h_t], the input of W_c
         h_tilde = emb_gates.new_empty(T, B, H)
-        features = full(T, B, H)
-        active = _active_rows(steps, T, B)
+        features = emb_gates.new_empty(T, B, H)
         n_in = [w.size(1) - H for w in weights]
         for layer in range(L):
             inputs[layer][0][:, n_in[layer] :] = h0[:, layer]
@@ -253,11 +218,6 @@ class _InputFeedingLoop(torch.autograd.Function):
             keys_t = keys[lo:hi].transpose(1, 2)  # (rows, d, S): h_t K^T as a row-vector product is the fast bmm
             values_b = values[lo:hi]
             for t in range(T):
-                n = active(t, lo, hi)  # rows lo..lo+n-1 have an input at step t
-                if n == 0:
-                    break
-                if n < hi - lo:
-                    hi, not_mask, keys_t, values_b = lo + n, not_mask[:n], keys_t[:n], values_b[:n]
                 for layer in range(L):
                     h = inputs[layer][t + 1][lo:hi, n_in[layer] :]
                     if layer == 0:
@@ -284,18 +244,12 @@ class _InputFeedingLoop(torch.autograd.Function):
                     torch.mul(h_tilde[t][lo:hi], feed_mask[t][lo:hi], out=features[t][lo:hi])
                 inputs[0][t + 1][lo:hi, : n_in[0]] = features[t][lo:hi]
 
-        row_blocks(B, run, None if steps is None else steps.tolist())
+        row_blocks(B, run)
         ctx.save_for_backward(keys, values, w_c, attn, ctx_top, h_tilde, *weights, *inputs, *acts, *cs)
         ctx.masks = (feed_mask, layer_masks)
-        ctx.n_layers, ctx.active, ctx.work = L, active, None if steps is None else steps.tolist()
-        if steps is None:
-            h_n = torch.stack([inputs[layer][T][:, n_in[layer] :] for layer in range(L)], 1)
-            c_n = torch.stack([c[T] for c in cs], 1)
-        else:  # each row's state after its last step
-            last = steps.view(1, B, 1)
-            h_n = torch.stack([inputs[layer][:, :, n_in[layer] :].gather(0, last.expand(1, B, H))[0]
-                               for layer in range(L)], 1)
-            c_n = torch.stack([c.gather(0, last.expand(1, B, H))[0] for c in cs], 1)
+        ctx.n_layers = L
+        h_n = torch.stack([inputs[layer][T][:, n_in[layer] :] for layer in range(L)], 1)
+        c_n = torch.stack([c[T] for c in cs], 1)
         ctx.mark_non_differentiable(h_n, c_n)
         return features.transpose(0, 1).contiguous(), h_n, c_n
 
@@ -306,7 +260,6 @@ class _InputFeedingLoop(torch.autograd.Function):
         keys, values, w_c, attn, ctx_top, h_tilde, *rest = ctx.saved_tensors
         weights, inputs, acts, cs = rest[:L], rest[L : 2 * L], rest[2 * L : 3 * L], rest[3 * L :]
         feed_mask, layer_masks = ctx.masks
-        active = ctx.active
         T, B, H = h_tilde.shape
         d_mem = values.size(2)
         n_in = [w.size(1) - H for w in weights]
@@ -324,51 +277,38 @@ class _InputFeedingLoop(torch.autograd.Function):
         def run(lo: int, hi: int) -> None:
             values_t = values[lo:hi].transpose(1, 2)  # (rows, d, S)
             keys_b = keys[lo:hi]
-            # per layer ∂L/∂h^l_t and ∂L/∂c^l_t from step t+1, and ∂L/∂(fed h̃_t) from step t+1: for
-            # the rows active at step t+1 (a prefix of the block, growing as t falls)
-            dh = [h_tilde.new_zeros(0, H) for _ in range(L)]
-            dc = [h_tilde.new_zeros(0, H) for _ in range(L)]
-            d_feed = h_tilde.new_zeros(0, H)
+            dh = [h_tilde.new_zeros(hi - lo, H) for _ in range(L)]  # ∂L/∂h^l_t from step t+1
+            dc = [h_tilde.new_zeros(hi - lo, H) for _ in range(L)]
+            d_feed = h_tilde.new_zeros(hi - lo, H)  # ∂L/∂(fed h̃_t) from step t+1
             for t in range(T - 1, -1, -1):
-                n = active(t, lo, hi)
-                if n < hi - lo:  # skipped positions: zero gradient for the weight products below
-                    for buf in (d_pre[t], d_cat[t], d_scores[t], *(d[t] for d in d_gates)):
-                        buf[lo + n : hi].zero_()
-                    if n == 0:
-                        continue
-                if d_feed.size(0) < n:  # rows that end at step t join with zero gradients
-                    grow = lambda x: torch.cat([x, x.new_zeros(n - x.size(0), H)])  # noqa: E731
-                    dh, dc, d_feed = [grow(x) for x in dh], [grow(x) for x in dc], grow(d_feed)
-                top = lo + n
-                d_ht = d_feat[t][lo:top] + d_feed
+                d_ht = d_feat[t][lo:hi] + d_feed
                 if feed_mask is not None:
-                    d_ht.mul_(feed_mask[t][lo:top])
-                h_t = h_tilde[t][lo:top]
-                torch.mul(d_ht, 1 - h_t * h_t, out=d_pre[t][lo:top])
-                d_cat_t = d_cat[t][lo:top]
-                d_cat_t.copy_(linear(d_pre[t][lo:top], w_c_p))  # ∂L/∂(W_c [c_t; h_t]) W_c
-                a = attn[t][lo:top].unsqueeze(1)  # (rows, 1, S)
-                d_a = torch.bmm(d_cat_t[:, :d_mem].unsqueeze(1), values_t[:n])  # (rows, 1, S)
+                    d_ht.mul_(feed_mask[t][lo:hi])
+                h_t = h_tilde[t][lo:hi]
+                torch.mul(d_ht, 1 - h_t * h_t, out=d_pre[t][lo:hi])
+                d_cat_t = d_cat[t][lo:hi]
+                d_cat_t.copy_(linear(d_pre[t][lo:hi], w_c_p))  # ∂L/∂(W_c [c_t; h_t]) W_c
+                a = attn[t][lo:hi].unsqueeze(1)  # (rows, 1, S)
+                d_a = torch.bmm(d_cat_t[:, :d_mem].unsqueeze(1), values_t)  # (rows, 1, S)
                 d_s = a * (d_a - (a * d_a).sum(2, keepdim=True))
-                d_scores[t][lo:top] = d_s.squeeze(1)
-                d_x = d_cat_t[:, d_mem:] + torch.bmm(d_s, keys_b[:n]).squeeze(1)  # ∂L/∂h_t of the top layer
+                d_scores[t][lo:hi] = d_s.squeeze(1)
+                d_x = d_cat_t[:, d_mem:] + torch.bmm(d_s, keys_b).squeeze(1)  # ∂L/∂h_t of the top layer
                 for layer in range(L - 1, -1, -1):
                     dc[layer] = _cell_backward(
-                        acts[layer][t][lo:top], cs[layer][t + 1][lo:top], cs[layer][t][lo:top], d_x + dh[layer],
-                        dc[layer], d_gates[layer][t][lo:top],
+                        acts[layer][t][lo:hi], cs[layer][t + 1][lo:hi], cs[layer][t][lo:hi], d_x + dh[layer],
+                        dc[layer], d_gates[layer][t][lo:hi],
                     )
-                    d_inp = linear(d_gates[layer][t][lo:top], w_p[layer])  # ∂L/∂gates W_l: (rows, in + H)
+                    d_inp = linear(d_gates[layer][t][lo:hi], w_p[layer])  # ∂L/∂gates W_l: (rows, in + H)
                     dh[layer] = d_inp[:, n_in[layer] :]
                     d_x = d_inp[:, : n_in[layer]]
                     if layer > 0 and layer_masks is not None:
-                        d_x = d_x * layer_masks[layer - 1][t][lo:top]
+                        d_x = d_x * layer_masks[layer - 1][t][lo:hi]
                 d_feed = d_x
-            rows = hi - lo
-            d_h0[lo:hi] = torch.stack([torch.cat([x, x.new_zeros(rows - x.size(0), H)]) for x in dh], 1)
-            d_c0[lo:hi] = torch.stack([torch.cat([x, x.new_zeros(rows - x.size(0), H)]) for x in dc], 1)
-            d_feed0[lo:hi] = torch.cat([d_feed, d_feed.new_zeros(rows - d_feed.size(0), H)])
+            d_h0[lo:hi] = torch.stack(dh, 1)
+            d_c0[lo:hi] = torch.stack(dc, 1)
+            d_feed0[lo:hi] = d_feed
 
-        row_blocks(B, run, ctx.work)
+        row_blocks(B, run)
         # the weight gradients of all steps, one product each
         d_weights = [
             d_gates[layer].view(T * B, -1).t() @ inputs[layer][:T].reshape(T * B, -1) for layer in range(L)
@@ -378,7 +318,7 @@ class _InputFeedingLoop(torch.autograd.Function):
         top = ctx_top[..., d_mem:].transpose(0, 1)  # (B, T, H)
         d_keys = torch.bmm(d_scores.permute(1, 2, 0), top)  # Σ_t ∂L/∂s_tᵀ h_t: (B, S, H)
         d_values = torch.bmm(attn.permute(1, 2, 0), d_cat[..., :d_mem].transpose(0, 1))  # Σ_t a_tᵀ ∂L/∂c_t
-        return (d_gates[0], d_h0, d_c0, d_feed0, d_keys, d_values, None, None, d_w_c, None, None,
+        return (d_gates[0], d_h0, d_c0, d_feed0, d_keys, d_values, None, d_w_c, None, None,
                 *d_weights, *d_biases)
 
 
@@ -394,7 +334,6 @@ def input_feeding_loop(
     weights: list[torch.Tensor],
     biases: list[torch.Tensor],
     dropout: float,
-    steps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the input-feeding decoder over all T target steps (see _InputFeedingLoop).
 
@@ -403,11 +342,7 @@ def input_feeding_loop(
     feed0 (B, H): the h̃ fed to the first step;
     keys, values (B, S, d); mask (B, S) bool; w_c (H, d + H); weights[l] = [W_ih | W_hh] of layer l
     (layer 0 without its embedding columns); biases[l - 1] = b_ih + b_hh of layer l ≥ 1.
-    steps (B,) int, optional: each row's number of real inputs; the steps after them are skipped
-    (their h̃ is zero) and the final state is each row's after its last step. Padded batches whose
-    rows come longest first skip all their padding (data/batching.py orders training batches so).
     Returns h̃ after dropout (B, T, H) and the final (h, c), (B, L, H) each."""
     return _InputFeedingLoop.apply(
-        emb_gates, h0, c0, feed0, keys, values, mask, steps, w_c, float(dropout), len(weights), *weights,
-        *biases,
+        emb_gates, h0, c0, feed0, keys, values, mask, w_c, float(dropout), len(weights), *weights, *biases
     )

@@ -94,7 +94,7 @@ class Seq2Seq(nn.Module):
         class defines it."""
         enc = self.encode(src, src_lengths)
         memory = enc["memory"] if self.has_attention else None
-        features, _, _ = self.decoder.features(tgt_in, self.init_state(enc), memory, 0, False, skip_padding=True)
+        features, _, _ = self.decoder.features(tgt_in, self.init_state(enc), memory, 0, False)
         keep = tgt_out != PAD  # (B, T)
         W_s = self.decoder.W_s
         if torch.is_grad_enabled() and features.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
