@@ -9,54 +9,8 @@ import pytest
 import torch
 
 from attnmt.config import ModelConfig
-from attnmt.models import fused_rnn
-from attnmt.models.fused_rnn import input_feeding_loop, lstm_layer, row_blocks
+from attnmt.models.fused_rnn import input_feeding_loop, lstm_layer
 from attnmt.models.seq2seq import Seq2Seq
-
-
-@pytest.fixture(params=["one block", "row blocks"])
-def blocks(request, monkeypatch):
-    """Each loop over the whole batch at once, or over blocks of rows on two threads (as on a
-    2-core machine with a batch of 64; here any block size of 1 row or more)."""
-    threads = torch.get_num_threads()
-    if request.param == "row blocks":
-        monkeypatch.setattr(fused_rnn, "MIN_BLOCK_ROWS", 1)
-        torch.set_num_threads(2)
-    yield request.param
-    torch.set_num_threads(threads)
-
-
-def test_row_blocks_cover_the_rows_on_two_threads(monkeypatch):
-    import threading
-
-    monkeypatch.setattr(fused_rnn, "MIN_BLOCK_ROWS", 2)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        seen = []
-
-        def run(lo, hi):
-            seen.append((lo, hi, threading.get_ident(), torch.get_num_threads(), torch.is_grad_enabled()))
-
-        with torch.no_grad():
-            row_blocks(5, run)
-        assert sorted(s[:2] for s in seen) == [(0, 2), (2, 5)]
-        assert len({s[2] for s in seen}) == 2  # two threads
-        assert all(s[3] == 1 and not s[4] for s in seen)  # one intra-op thread each, caller's grad mode
-        assert torch.get_num_threads() == 2
-        seen.clear()
-        row_blocks(3, run)  # too few rows for two blocks of 2
-        assert [s[:2] for s in seen] == [(0, 3)]
-
-        def fail(lo, hi):
-            if lo > 0:
-                raise ValueError("block failed")
-
-        with pytest.raises(ValueError, match="block failed"):
-            row_blocks(5, fail)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _model(score: str, layers: int, dropout: float = 0.0) -> Seq2Seq:
@@ -93,7 +47,7 @@ def _loss_and_grads(model: Seq2Seq, need_weights: bool):
 
 @pytest.mark.parametrize("score", ["dot", "general"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
-def test_fused_decoder_equals_step_loop(score, layers, blocks):
+def test_fused_decoder_equals_step_loop(score, layers):
     model = _model(score, layers)
     assert model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False)
     fused_loss, fused_state, fused = _loss_and_grads(model, need_weights=False)
@@ -114,7 +68,7 @@ def test_other_attentions_keep_the_step_loop():
 
 
 @pytest.mark.parametrize("layers", [1, 2])
-def test_fused_loop_gradcheck_with_dropout(layers, blocks):
+def test_fused_loop_gradcheck_with_dropout(layers):
     """Numerical derivatives of every input, dropout 0.3 (masks fixed by reseeding each call)."""
     torch.manual_seed(0)
     B, T, S, H, L = 2, 3, 4, 3, layers
@@ -133,7 +87,7 @@ def test_fused_loop_gradcheck_with_dropout(layers, blocks):
     assert torch.autograd.gradcheck(f, (emb_gates, h0, c0, feed0, keys, values, w_c, *weights, *biases))
 
 
-def test_fused_lstm_layer_gradcheck(blocks):
+def test_fused_lstm_layer_gradcheck():
     torch.manual_seed(0)
     proj = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
     w_hh = torch.randn(8, 2, dtype=torch.float64, requires_grad=True)

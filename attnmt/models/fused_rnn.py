@@ -13,12 +13,6 @@ Same functions, same gradients (tests/test_fused_rnn.py checks both against auto
 order of floating-point sums differs. Used by the LSTM encoder and the input-feeding decoder with
 dot/general attention when autograd is on, on CPU, outside autocast.
 
-The rows of a batch do not interact inside a recurrence, so each loop runs on blocks of rows at once,
-one block per CPU thread (``row_blocks``): a 2-thread product on 64 rows reaches ~105 GFLOP/s on an
-AVX2 core pair, two 1-thread products on 32 rows each ~150 together, and the small element-wise
-ops of the cells, which use one thread either way, run side by side. Products over all B·T rows
-(the weight gradients) still use every thread.
-
 LSTM cell (PyTorch's gate order i, f, g, o):
     [i, f, g, o] = [σ, σ, tanh, σ](W [x_t; h_{t-1}] + b)
     c_t = f ⊙ c_{t-1} + i ⊙ g,    h_t = o ⊙ tanh(c_t)
@@ -26,57 +20,10 @@ LSTM cell (PyTorch's gate order i, f, g, o):
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
-
 import torch
 from torch.autograd.function import once_differentiable
 
 from attnmt.models.packed import linear, linear_add, pack
-
-
-# rows per block below which a loop is not split: the products' efficiency falls with fewer rows
-MIN_BLOCK_ROWS = 24
-_pool: ThreadPoolExecutor | None = None
-
-
-def row_blocks(rows: int, run: Callable[[int, int], None]) -> None:
-    """Call ``run(lo, hi)`` on consecutive blocks of ``rows`` that together cover them, the blocks
-    at the same time on threads that share torch's intra-op threads between them; one call with
-    (0, rows) when there is one thread or too few rows. ``run`` must touch rows lo..hi-1 only."""
-    global _pool
-    threads = torch.get_num_threads()
-    blocks = min(threads, rows // MIN_BLOCK_ROWS)
-    if blocks < 2:
-        run(0, rows)
-        return
-    if _pool is None or _pool._max_workers < blocks - 1:
-        _pool = ThreadPoolExecutor(blocks - 1, thread_name_prefix="attnmt-rows")
-    bounds = [rows * k // blocks for k in range(blocks + 1)]
-    grad = torch.is_grad_enabled()  # thread-local: the pool's threads take the caller's
-
-    def run_there(lo: int, hi: int) -> None:
-        with torch.set_grad_enabled(grad):
-            run(lo, hi)
-
-    torch.set_num_threads(threads // blocks)
-    try:
-        futures = [_pool.submit(run_there, bounds[k], bounds[k + 1]) for k in range(1, blocks)]
-        try:
-            run(bounds[0], bounds[1])
-        finally:
-            errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
-    finally:
-        torch.set_num_threads(threads)
-
-
-def block_rows(rows: int) -> int:
-    """The rows of the largest block ``row_blocks`` makes (what to pack weights for)."""
-    blocks = max(1, min(torch.get_num_threads(), rows // MIN_BLOCK_ROWS))
-    return -(-rows // blocks)
 
 
 def dropout_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -130,19 +77,14 @@ class _LSTMLayer(torch.autograd.Function):
     def forward(ctx, proj: torch.Tensor, w_hh: torch.Tensor):
         S, B, _ = proj.shape
         H = w_hh.size(1)
-        w_p = pack(w_hh, block_rows(B))
+        w_p = pack(w_hh, B)
         acts = proj.new_empty(S, B, 4 * H)
         hs = proj.new_empty(S + 1, B, H)  # hs[t] = h_{t-1}; hs[0] = 0
         cs = proj.new_empty(S + 1, B, H)
         hs[0].zero_()
         cs[0].zero_()
-
-        def run(lo: int, hi: int) -> None:
-            for t in range(S):
-                _cell(linear_add(hs[t, lo:hi], w_p, proj[t, lo:hi]), cs[t, lo:hi], acts[t, lo:hi],
-                      cs[t + 1, lo:hi], hs[t + 1, lo:hi])
-
-        row_blocks(B, run)
+        for t in range(S):
+            _cell(linear_add(hs[t], w_p, proj[t]), cs[t], acts[t], cs[t + 1], hs[t + 1])
         ctx.save_for_backward(w_hh, acts, hs, cs)
         return hs[1:], cs[1:]  # (S, B, H) each
 
@@ -152,17 +94,12 @@ class _LSTMLayer(torch.autograd.Function):
         w_hh, acts, hs, cs = ctx.saved_tensors
         S, B, _ = acts.shape
         d_gates = torch.empty_like(acts)
-        w_p = pack(w_hh.t(), block_rows(B))
-
-        def run(lo: int, hi: int) -> None:
-            dh_next = torch.zeros_like(hs[0, lo:hi])
-            dc_next = torch.zeros_like(cs[0, lo:hi])
-            for t in range(S - 1, -1, -1):
-                dc_next = _cell_backward(acts[t, lo:hi], cs[t + 1, lo:hi], cs[t, lo:hi],
-                                         d_h[t, lo:hi] + dh_next, d_c[t, lo:hi] + dc_next, d_gates[t, lo:hi])
-                dh_next = linear(d_gates[t, lo:hi], w_p)  # ∂L/∂gates_t W_hh: (rows, H)
-
-        row_blocks(B, run)
+        dh_next = torch.zeros_like(hs[0])
+        dc_next = torch.zeros_like(cs[0])
+        w_p = pack(w_hh.t(), B)
+        for t in range(S - 1, -1, -1):
+            dc_next = _cell_backward(acts[t], cs[t + 1], cs[t], d_h[t] + dh_next, d_c[t] + dc_next, d_gates[t])
+            dh_next = linear(d_gates[t], w_p)  # ∂L/∂gates_t W_hh: (B, H)
         flat = d_gates.view(S * B, -1)
         d_w_hh = flat.t() @ hs[:S].reshape(S * B, -1)  # Σ_t ∂L/∂gates_tᵀ h_{t-1}: one product
         return d_gates, d_w_hh
@@ -210,41 +147,36 @@ class _InputFeedingLoop(torch.autograd.Function):
             inputs[layer][0][:, n_in[layer] :] = h0[:, layer]
             cs[layer][0] = c0[:, layer]
         inputs[0][0][:, : n_in[0]] = feed0
-        w_p = [pack(w, block_rows(B)) for w in weights]
-        w_c_p = pack(w_c, block_rows(B))
-
-        def run(lo: int, hi: int) -> None:
-            not_mask = ~mask[lo:hi].unsqueeze(1)  # (rows, 1, S)
-            keys_t = keys[lo:hi].transpose(1, 2)  # (rows, d, S): h_t K^T as a row-vector product is the fast bmm
-            values_b = values[lo:hi]
-            for t in range(T):
-                for layer in range(L):
-                    h = inputs[layer][t + 1][lo:hi, n_in[layer] :]
-                    if layer == 0:
-                        gates = linear_add(inputs[0][t][lo:hi], w_p[0], emb_t[t][lo:hi])
-                    else:
-                        gates = linear(inputs[layer][t][lo:hi], w_p[layer], biases[layer])
-                    _cell(gates, cs[layer][t][lo:hi], acts[layer][t][lo:hi], cs[layer][t + 1][lo:hi], h)
-                    if layer < L - 1:
-                        above = inputs[layer + 1][t][lo:hi, : n_in[layer + 1]]
-                        if layer_masks is None:
-                            above.copy_(h)
-                        else:
-                            torch.mul(h, layer_masks[layer][t][lo:hi], out=above)
-                cat = ctx_top[t][lo:hi]
-                cat[:, d_mem:] = h  # the top layer's h_t
-                scores = torch.bmm(cat[:, d_mem:].unsqueeze(1), keys_t).masked_fill_(not_mask, float("-inf"))
-                a = torch.softmax(scores, dim=2)  # (rows, 1, S)
-                attn[t][lo:hi] = a.squeeze(1)
-                cat[:, :d_mem] = torch.bmm(a, values_b).squeeze(1)  # c_t
-                torch.tanh(linear(cat, w_c_p), out=h_tilde[t][lo:hi])
-                if feed_mask is None:
-                    features[t][lo:hi] = h_tilde[t][lo:hi]
+        not_mask = ~mask.unsqueeze(1)  # (B, 1, S)
+        keys_t = keys.transpose(1, 2)  # (B, d, S): h_t K^T as a row-vector product is the fast bmm
+        w_p = [pack(w, B) for w in weights]
+        w_c_p = pack(w_c, B)
+        for t in range(T):
+            for layer in range(L):
+                h = inputs[layer][t + 1][:, n_in[layer] :]
+                if layer == 0:
+                    gates = linear_add(inputs[0][t], w_p[0], emb_t[t])
                 else:
-                    torch.mul(h_tilde[t][lo:hi], feed_mask[t][lo:hi], out=features[t][lo:hi])
-                inputs[0][t + 1][lo:hi, : n_in[0]] = features[t][lo:hi]
-
-        row_blocks(B, run)
+                    gates = linear(inputs[layer][t], w_p[layer], biases[layer])
+                _cell(gates, cs[layer][t], acts[layer][t], cs[layer][t + 1], h)
+                if layer < L - 1:
+                    above = inputs[layer + 1][t][:, : n_in[layer + 1]]
+                    if layer_masks is None:
+                        above.copy_(h)
+                    else:
+                        torch.mul(h, layer_masks[layer][t], out=above)
+            cat = ctx_top[t]
+            cat[:, d_mem:] = h  # the top layer's h_t
+            scores = torch.bmm(cat[:, d_mem:].unsqueeze(1), keys_t).masked_fill_(not_mask, float("-inf"))
+            a = torch.softmax(scores, dim=2)  # (B, 1, S)
+            attn[t] = a.squeeze(1)
+            cat[:, :d_mem] = torch.bmm(a, values).squeeze(1)  # c_t
+            torch.tanh(linear(cat, w_c_p), out=h_tilde[t])
+            if feed_mask is None:
+                features[t] = h_tilde[t]
+            else:
+                torch.mul(h_tilde[t], feed_mask[t], out=features[t])
+            inputs[0][t + 1][:, : n_in[0]] = features[t]
         ctx.save_for_backward(keys, values, w_c, attn, ctx_top, h_tilde, *weights, *inputs, *acts, *cs)
         ctx.masks = (feed_mask, layer_masks)
         ctx.n_layers = L
@@ -268,47 +200,33 @@ class _InputFeedingLoop(torch.autograd.Function):
         d_pre = torch.empty_like(h_tilde)  # ∂L/∂(W_c [c_t; h_t])
         d_cat = torch.empty_like(ctx_top)  # ∂L/∂[c_t; h_t]
         d_scores = torch.empty_like(attn)
-        w_p = [pack(w.t(), block_rows(B)) for w in weights]
-        w_c_p = pack(w_c.t(), block_rows(B))
-        d_h0 = h_tilde.new_empty(B, L, H)
-        d_c0 = h_tilde.new_empty(B, L, H)
-        d_feed0 = h_tilde.new_empty(B, H)
-
-        def run(lo: int, hi: int) -> None:
-            values_t = values[lo:hi].transpose(1, 2)  # (rows, d, S)
-            keys_b = keys[lo:hi]
-            dh = [h_tilde.new_zeros(hi - lo, H) for _ in range(L)]  # ∂L/∂h^l_t from step t+1
-            dc = [h_tilde.new_zeros(hi - lo, H) for _ in range(L)]
-            d_feed = h_tilde.new_zeros(hi - lo, H)  # ∂L/∂(fed h̃_t) from step t+1
-            for t in range(T - 1, -1, -1):
-                d_ht = d_feat[t][lo:hi] + d_feed
-                if feed_mask is not None:
-                    d_ht.mul_(feed_mask[t][lo:hi])
-                h_t = h_tilde[t][lo:hi]
-                torch.mul(d_ht, 1 - h_t * h_t, out=d_pre[t][lo:hi])
-                d_cat_t = d_cat[t][lo:hi]
-                d_cat_t.copy_(linear(d_pre[t][lo:hi], w_c_p))  # ∂L/∂(W_c [c_t; h_t]) W_c
-                a = attn[t][lo:hi].unsqueeze(1)  # (rows, 1, S)
-                d_a = torch.bmm(d_cat_t[:, :d_mem].unsqueeze(1), values_t)  # (rows, 1, S)
-                d_s = a * (d_a - (a * d_a).sum(2, keepdim=True))
-                d_scores[t][lo:hi] = d_s.squeeze(1)
-                d_x = d_cat_t[:, d_mem:] + torch.bmm(d_s, keys_b).squeeze(1)  # ∂L/∂h_t of the top layer
-                for layer in range(L - 1, -1, -1):
-                    dc[layer] = _cell_backward(
-                        acts[layer][t][lo:hi], cs[layer][t + 1][lo:hi], cs[layer][t][lo:hi], d_x + dh[layer],
-                        dc[layer], d_gates[layer][t][lo:hi],
-                    )
-                    d_inp = linear(d_gates[layer][t][lo:hi], w_p[layer])  # ∂L/∂gates W_l: (rows, in + H)
-                    dh[layer] = d_inp[:, n_in[layer] :]
-                    d_x = d_inp[:, : n_in[layer]]
-                    if layer > 0 and layer_masks is not None:
-                        d_x = d_x * layer_masks[layer - 1][t][lo:hi]
-                d_feed = d_x
-            d_h0[lo:hi] = torch.stack(dh, 1)
-            d_c0[lo:hi] = torch.stack(dc, 1)
-            d_feed0[lo:hi] = d_feed
-
-        row_blocks(B, run)
+        values_t = values.transpose(1, 2)  # (B, d, S)
+        w_p = [pack(w.t(), B) for w in weights]
+        w_c_p = pack(w_c.t(), B)
+        dh = [h_tilde.new_zeros(B, H) for _ in range(L)]  # ∂L/∂h^l_t from step t+1
+        dc = [h_tilde.new_zeros(B, H) for _ in range(L)]
+        d_feed = h_tilde.new_zeros(B, H)  # ∂L/∂(fed h̃_t) from step t+1
+        for t in range(T - 1, -1, -1):
+            d_ht = d_feat[t] + d_feed
+            if feed_mask is not None:
+                d_ht.mul_(feed_mask[t])
+            torch.mul(d_ht, 1 - h_tilde[t] * h_tilde[t], out=d_pre[t])
+            d_cat[t] = linear(d_pre[t], w_c_p)  # ∂L/∂(W_c [c_t; h_t]) W_c
+            a = attn[t].unsqueeze(1)  # (B, 1, S)
+            d_a = torch.bmm(d_cat[t][:, :d_mem].unsqueeze(1), values_t)  # (B, 1, S)
+            d_s = a * (d_a - (a * d_a).sum(2, keepdim=True))
+            d_scores[t] = d_s.squeeze(1)
+            d_x = d_cat[t][:, d_mem:] + torch.bmm(d_s, keys).squeeze(1)  # ∂L/∂h_t of the top layer
+            for layer in range(L - 1, -1, -1):
+                dc[layer] = _cell_backward(
+                    acts[layer][t], cs[layer][t + 1], cs[layer][t], d_x + dh[layer], dc[layer], d_gates[layer][t]
+                )
+                d_inp = linear(d_gates[layer][t], w_p[layer])  # ∂L/∂gates W_l: (B, in + H)
+                dh[layer] = d_inp[:, n_in[layer] :]
+                d_x = d_inp[:, : n_in[layer]]
+                if layer > 0 and layer_masks is not None:
+                    d_x = d_x * layer_masks[layer - 1][t]
+            d_feed = d_x
         # the weight gradients of all steps, one product each
         d_weights = [
             d_gates[layer].view(T * B, -1).t() @ inputs[layer][:T].reshape(T * B, -1) for layer in range(L)
@@ -318,7 +236,9 @@ class _InputFeedingLoop(torch.autograd.Function):
         top = ctx_top[..., d_mem:].transpose(0, 1)  # (B, T, H)
         d_keys = torch.bmm(d_scores.permute(1, 2, 0), top)  # Σ_t ∂L/∂s_tᵀ h_t: (B, S, H)
         d_values = torch.bmm(attn.permute(1, 2, 0), d_cat[..., :d_mem].transpose(0, 1))  # Σ_t a_tᵀ ∂L/∂c_t
-        return (d_gates[0], d_h0, d_c0, d_feed0, d_keys, d_values, None, d_w_c, None, None,
+        d_h0 = torch.stack(dh, 1)
+        d_c0 = torch.stack(dc, 1)
+        return (d_gates[0], d_h0, d_c0, d_feed, d_keys, d_values, None, d_w_c, None, None,
                 *d_weights, *d_biases)
 
 
