@@ -1,0 +1,108 @@
+"""Training updates per second of the race model on real batches, one fresh process per run.
+
+A tool for checking that a training-speed change is real before racing it, in the way the race
+measures: separate processes (never two variants alternated inside one process: a variant can
+leave the process slower or faster for whatever runs after it), several runs each, the machine
+otherwise idle. Each run builds the race's model (``configs/race-lstm.yaml``, ``model.hidden``
+from ``--hidden``), reads the race's prepared data folder (``OUT/data`` of
+``benchmarks/peer_race.py``: ``train.{en,es}`` and ``spm.{en,es}.model``), makes the trainer's
+64-sentence length-bucketed batches, and times ``--updates`` updates after 3 warm-up ones:
+``Seq2Seq.token_loss``, backward, gradient-norm clipping (5), fused Adam, as Trainer.train_step
+does for a plain Seq2Seq. Target pieces (</s> included, padding not) per second.
+
+    python benchmarks/train_updates.py --data runs/peer_race/data --hidden 256 --runs 3
+    PYTHONPATH=/path/to/other/checkout python benchmarks/train_updates.py ...   # the other variant
+
+Prints one JSON line per run and a one-line summary (median, min, max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int) -> dict:
+    import sentencepiece as spm
+    import torch
+
+    import attnmt
+    from attnmt.config import load_config
+    from attnmt.data.batching import filter_by_length, iterate_batches, make_batches
+    from attnmt.data.vocab import SPECIALS
+    from attnmt.models.seq2seq import Seq2Seq
+
+    torch.set_num_threads(threads)
+    cfg = load_config(str(ROOT / "configs" / "race-lstm.yaml"))
+    cfg.model.hidden = hidden
+    ids = {}
+    for lang in ("en", "es"):
+        sp = spm.SentencePieceProcessor(model_file=str(data / f"spm.{lang}.model"))
+        lines = (data / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:sentences]
+        ids[lang] = [[t + len(SPECIALS) for t in sp.encode(line)] for line in lines]
+    src, tgt, _ = filter_by_length(ids["en"], ids["es"], cfg.data.max_len)
+    vocab = 8000 + len(SPECIALS)
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg.model, vocab, vocab, cfg.train.init_uniform).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    batches = list(iterate_batches(src, tgt, make_batches(src, tgt, 64, seed=1)[: updates + 3]))
+
+    def update(b) -> int:
+        opt.zero_grad(set_to_none=True)
+        loss = Seq2Seq.token_loss(model, b.src, b.src_lengths, b.tgt_in, b.tgt_out, cfg.train.label_smoothing)
+        (loss / b.target_tokens).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip)
+        opt.step()
+        return b.target_tokens
+
+    for b in batches[:3]:
+        update(b)
+    start, pieces = time.perf_counter(), 0
+    for b in batches[3:]:
+        pieces += update(b)
+    took = time.perf_counter() - start
+    return {"hidden": hidden, "threads": threads, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
+            "s_per_update": round(took / (len(batches) - 3), 4), "attnmt": str(Path(attnmt.__file__).parent)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", required=True, help="the race's prepared data folder (peer_race.py OUT/data)")
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--updates", type=int, default=25)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3, help="fresh processes, one after the other")
+    ap.add_argument("--sentences", type=int, default=12000, help="first N training pairs to batch")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    data = Path(args.data)
+    for name in ("train.en", "train.es", "spm.en.model", "spm.es.model"):
+        if not (data / name).is_file():
+            print(f"train_updates: {data / name}: missing (run benchmarks/peer_race.py first)", file=sys.stderr)
+            sys.exit(2)
+    if args.child:
+        print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences)))
+        return
+    rates = []
+    for _ in range(args.runs):
+        cmd = [sys.executable, __file__, "--child"] + sys.argv[1:]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(out.stderr.strip()[-500:], file=sys.stderr)
+            sys.exit(out.returncode)
+        record = json.loads(out.stdout.strip().splitlines()[-1])
+        print(json.dumps(record), flush=True)
+        rates.append(record["tgt_tok_s"])
+    print(f"hidden {args.hidden}, {args.threads} threads, {args.runs} runs: median {statistics.median(rates):.0f} "
+          f"target pieces/s (min {min(rates):.0f}, max {max(rates):.0f})")
+
+
+if __name__ == "__main__":
+    main()
