@@ -119,6 +119,8 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: bool = True  # mixed precision where it helps (CUDA only)
     threads: int = 0  # CPU threads, 0 = torch's default
+    row_groups: int = 0  # CPU: each batch as this many groups of rows at once, one thread each
+    #                      (train/row_groups.py); 0 = auto (one per thread from hidden 512), 1 = off
     log_every: int = 50
 
 
@@ -460,7 +462,7 @@ BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     *[(k, lambda v: v >= 0, ">= 0") for k in (
         "model.window", "model.sigma", "model.window_temperature", "train.decay_start", "train.warmup",
         "train.clip", "train.init_uniform", "train.max_time", "train.max_steps", "train.valid_every",
-        "train.save_every", "train.threads", "ngram.anneal_steps")],
+        "train.save_every", "train.threads", "train.row_groups", "ngram.anneal_steps")],
     *[(k, lambda v: v >= 5, "at least 5 (4 special tokens + 1)") for k in (
         "data.src_vocab_size", "data.tgt_vocab_size")],
     ("train.lr", lambda v: v > 0, "> 0"),

@@ -44,6 +44,7 @@ from attnmt.runs.checkpoint import (
 )
 from attnmt.runs.device import resolve_device
 from attnmt.train.data import TaskData, prepare_data
+from attnmt.train.row_groups import grouped_backward, groups_for
 
 
 # -- devices and processes ----------------------------------------------------------------------
@@ -264,6 +265,11 @@ class Trainer:
             fused_loss = None
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
+            groups = self._row_groups(batch) if fused_loss is not None else 1
+            if groups > 1:  # CPU: groups of rows at once, one thread each (train/row_groups.py)
+                total_loss += grouped_backward(self.model, batch, groups, 1.0 / norm, t.label_smoothing)
+                total_tokens += loss_units(self.model, batch)
+                continue
             sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
             with sync(), self.autocast():
                 if fused_loss is not None:
@@ -284,6 +290,14 @@ class Trainer:
         self.scaler.update()
         self.step += 1
         return total_loss, total_tokens
+
+    def _row_groups(self, batch: Batch) -> int:
+        """How many row groups train_step runs a batch as (1: one pass): on CPU only (no autocast
+        or gradient scaling there), as train.row_groups says (row_groups.groups_for)."""
+        if self.device.type != "cpu":
+            return 1
+        hidden = getattr(self.cfg.model, "hidden", 0)
+        return groups_for(self.cfg.train.row_groups, batch.src.size(0), torch.get_num_threads(), hidden)
 
     def _progress(self) -> float:
         """The spent fraction of the training budget: the largest of steps / max_steps,
