@@ -7,10 +7,12 @@ otherwise idle. Each run builds the race's model (``configs/race-lstm.yaml``, ``
 from ``--hidden``), reads the race's prepared data folder (``OUT/data`` of
 ``benchmarks/peer_race.py``: ``train.{en,es}`` and ``spm.{en,es}.model``), makes the trainer's
 64-sentence length-bucketed batches, and times ``--updates`` updates after 3 warm-up ones:
-``Seq2Seq.token_loss``, backward, gradient-norm clipping (5), fused Adam, as Trainer.train_step
+``Seq2Seq.token_loss``, backward (as ``train.row_groups`` = ``--row-groups`` says: 0 auto, 1 one
+pass, n groups of rows on threads), gradient-norm clipping (5), fused Adam, as Trainer.train_step
 does for a plain Seq2Seq. Target pieces (</s> included, padding not) per second.
 
-    python benchmarks/train_updates.py --data runs/peer_race/data --hidden 256 --runs 3
+    python benchmarks/train_updates.py --data runs/peer_race/data --hidden 512 --runs 3
+    python benchmarks/train_updates.py --data runs/peer_race/data --hidden 512 --runs 3 --row-groups 1
     PYTHONPATH=/path/to/other/checkout python benchmarks/train_updates.py ...   # the other variant
 
 Prints one JSON line per run and a one-line summary (median, min, max).
@@ -29,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int) -> dict:
+def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int, row_groups: int) -> dict:
     import sentencepiece as spm
     import torch
 
@@ -38,6 +40,7 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int)
     from attnmt.data.batching import filter_by_length, iterate_batches, make_batches
     from attnmt.data.vocab import SPECIALS
     from attnmt.models.seq2seq import Seq2Seq
+    from attnmt.train.row_groups import grouped_backward, groups_for
 
     torch.set_num_threads(threads)
     cfg = load_config(str(ROOT / "configs" / "race-lstm.yaml"))
@@ -54,10 +57,16 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9, fused=True)
     batches = list(iterate_batches(src, tgt, make_batches(src, tgt, 64, seed=1)[: updates + 3]))
 
+    smoothing = cfg.train.label_smoothing
+
     def update(b) -> int:
         opt.zero_grad(set_to_none=True)
-        loss = Seq2Seq.token_loss(model, b.src, b.src_lengths, b.tgt_in, b.tgt_out, cfg.train.label_smoothing)
-        (loss / b.target_tokens).backward()
+        groups = groups_for(row_groups, b.src.size(0), torch.get_num_threads(), hidden)
+        if groups > 1:
+            grouped_backward(model, b, groups, 1.0 / b.target_tokens, smoothing)
+        else:
+            loss = Seq2Seq.token_loss(model, b.src, b.src_lengths, b.tgt_in, b.tgt_out, smoothing)
+            (loss / b.target_tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip)
         opt.step()
         return b.target_tokens
@@ -68,7 +77,7 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int)
     for b in batches[3:]:
         pieces += update(b)
     took = time.perf_counter() - start
-    return {"hidden": hidden, "threads": threads, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
+    return {"hidden": hidden, "threads": threads, "row_groups": row_groups, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
             "s_per_update": round(took / (len(batches) - 3), 4), "attnmt": str(Path(attnmt.__file__).parent)}
 
 
@@ -78,6 +87,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--updates", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--row-groups", type=int, default=0, help="train.row_groups (0 auto, 1 off)")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes, one after the other")
     ap.add_argument("--sentences", type=int, default=12000, help="first N training pairs to batch")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -88,7 +98,7 @@ def main() -> None:
             print(f"train_updates: {data / name}: missing (run benchmarks/peer_race.py first)", file=sys.stderr)
             sys.exit(2)
     if args.child:
-        print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences)))
+        print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences, args.row_groups)))
         return
     rates = []
     for _ in range(args.runs):
@@ -100,7 +110,7 @@ def main() -> None:
         record = json.loads(out.stdout.strip().splitlines()[-1])
         print(json.dumps(record), flush=True)
         rates.append(record["tgt_tok_s"])
-    print(f"hidden {args.hidden}, {args.threads} threads, {args.runs} runs: median {statistics.median(rates):.0f} "
+    print(f"hidden {args.hidden}, {args.threads} threads, row_groups {args.row_groups}, {args.runs} runs: median {statistics.median(rates):.0f} "
           f"target pieces/s (min {min(rates):.0f}, max {max(rates):.0f})")
 
 
