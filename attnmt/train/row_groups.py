@@ -4,7 +4,7 @@ A batch's loss is a sum over its sentences, so its gradient is the sum of the gr
 split of its rows. On a 2-core CPU, two 1-thread passes over 32 sentences each use the cores better
 than one 2-thread pass over 64: the LSTM steps' 64-row products split poorly across two threads,
 and the element-wise ops between them use one thread either way. Measured in separate processes
-(docs/results/race.md): +6 % target pieces/s at hidden 512 (3 pairs: +0.1, +7.4, +11.0 %), no gain
+(docs/results/race.md): about +4 % target pieces/s at hidden 512 (six pairs, −0.9 to +11 %), no gain
 at 256, so the automatic setting (``train.row_groups: 0``) uses it from hidden 512 on.
 
 Rows are dealt to the groups in order of target length (longest to group 0, next to group 1, ...),
@@ -27,7 +27,7 @@ MIN_GROUP_ROWS = 16
 _pool: ThreadPoolExecutor | None = None
 
 
-# below this hidden size the automatic setting keeps one pass: measured neutral at 256, +6 % at 512
+# below this hidden size the automatic setting keeps one pass: measured neutral at 256, ~+4 % at 512
 AUTO_MIN_HIDDEN = 512
 
 
