@@ -145,3 +145,43 @@ def test_experiment_luong_reuse_is_checked(tmp_path, capsys):
     again = json.loads((out / "results" / "unk.json").read_text(encoding="utf-8"))
     assert again["settings"]["beam"] == 1 and again["settings"]["test_lines"] == 2
     assert (out / "runs" / "local-p" / "log.jsonl").stat().st_mtime == mtime
+
+
+def test_experiment_results_are_strict_json(tmp_path, monkeypatch, capsys):
+    """A non-finite number (an overflowing perplexity) is cached as null, not the bare word
+    Infinity that strict JSON readers refuse; files written before (with Infinity) and a truncated
+    file are still handled: the first is reused, the second evaluated again."""
+    import attnmt.eval.perplexity as perplexity
+
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.en").write_text("\n".join(SRC * 2) + "\n", encoding="utf-8")
+        (tmp_path / f"{split}.es").write_text("\n".join(TGT * 2) + "\n", encoding="utf-8")
+    out = tmp_path / "exp"
+    args = ["experiment", "luong", "--train", str(tmp_path / "train"), "--dev", str(tmp_path / "dev"),
+            "--test", str(tmp_path / "test"), "--out", str(out), "--steps", "2", "--layers", "1",
+            "--hidden", "8", "--vocab", "12", "--beam", "1", "--test-lines", "2",
+            "--set", "train.batch_size=4", "--rows", "base"]
+    monkeypatch.setattr(perplexity, "perplexity_report", lambda *a, **k: {"results": [{"ppl": math.inf}]})
+    assert main(args) == 0
+    cached = out / "results" / "base.json"
+
+    def no_constant(word):
+        raise AssertionError(f"non-standard JSON constant {word}")
+
+    result = json.loads(cached.read_text(encoding="utf-8"), parse_constant=no_constant)
+    assert result["ppl"] is None and result["bleu"] >= 0
+    assert "| n/a |" in (out / "table.md").read_text(encoding="utf-8")
+    # a file from before: Infinity written bare; it is read and reused, not evaluated again
+    old = dict(result, ppl=math.inf, bleu=12.5)
+    cached.write_text(json.dumps(old, indent=1), encoding="utf-8")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "evaluating base" not in capsys.readouterr().err
+    table = (out / "table.md").read_text(encoding="utf-8")
+    assert "| n/a | 12.50 |" in table
+    # a truncated file (killed mid-write before writes were atomic): evaluated again, rewritten
+    cached.write_text(json.dumps(old, indent=1)[:40], encoding="utf-8")
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "base.json is not a readable result" in err and "evaluating base" in err
+    assert json.loads(cached.read_text(encoding="utf-8"), parse_constant=no_constant)["bleu"] == result["bleu"]

@@ -38,6 +38,7 @@ import torch
 from attnmt.config import Config, apply_overrides, save_config
 from attnmt.data.corpus import read_lines, read_parallel, write_lines
 from attnmt.errors import UserError
+from attnmt.jsonio import dumps, finite
 
 
 @dataclass
@@ -219,13 +220,36 @@ def eval_settings(s: Settings) -> dict:
             "src": s.src, "tgt": s.tgt}
 
 
+def read_result(path: Path) -> dict | None:
+    """A cached results/<row>.json, or None when there is none usable (then the row is evaluated
+    again: the cache is derived data). Files written before the cache became strict JSON may hold
+    the bare words NaN/Infinity; they are read, and those numbers become None as in new files."""
+    if not path.exists():
+        return None
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        _note(f"{path} is not a readable result ({e}): evaluating again")
+        return None
+    if not isinstance(old, dict):
+        _note(f"{path} is not a result object: evaluating again")
+        return None
+    return finite(old)
+
+
+def _fmt(value, spec: str) -> str:
+    # None is a non-finite number (an overflowing perplexity), stored as null: say so, don't crash
+    return "n/a" if value is None else format(value, spec)
+
+
 def write_table(results: list[dict], path: Path) -> str:
     lines = ["| System | Ppl | BLEU | Δ | BLEU (tok) | chrF |", "|---|---|---|---|---|---|"]
     prev = None
     for r in results:
-        delta = f"{r['bleu'] - prev:+.1f}" if prev is not None else ""
-        ppl = f"{r['ppl']:.2f}" if "ppl" in r else "–"
-        lines.append(f"| {r['label']} | {ppl} | {r['bleu']:.2f} | {delta} | {r['bleu_tok']:.2f} | {r['chrf']:.1f} |")
+        delta = _fmt(r["bleu"] - prev, "+.1f") if prev is not None and r["bleu"] is not None else ""
+        ppl = _fmt(r["ppl"], ".2f") if "ppl" in r else "–"
+        lines.append(f"| {r['label']} | {ppl} | {_fmt(r['bleu'], '.2f')} | {delta} | "
+                     f"{_fmt(r['bleu_tok'], '.2f')} | {_fmt(r['chrf'], '.1f')} |")
         prev = r["bleu"]
     text = "\n".join(lines) + "\n"
     path.write_text(text, encoding="utf-8")
@@ -271,16 +295,16 @@ def run_luong(s: Settings) -> str:
             if m.name not in runs:  # trained by an earlier invocation: same settings?
                 check_reuse(m, row_config(s, next(r for r in ROWS if r.name == m.name)))
         cached = s.out / "results" / f"{row.name}.json"
-        if cached.exists():
-            old = json.loads(cached.read_text(encoding="utf-8"))
+        old = read_result(cached)
+        if old is not None:
             if old.get("settings") == eval_settings(s) and old.get("models") == [str(m) for m in models]:
                 results.append(old)
                 continue
             _note(f"{cached} was made with other evaluation settings or models: evaluating again")
         _note(f"evaluating {row.name}")
-        result = evaluate_row(s, row, models, src, ref)
+        result = finite(evaluate_row(s, row, models, src, ref))
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        write_lines(cached, [dumps(result, indent=1)])
         results.append(result)
     table = write_table(results, s.out / "table.md")
     _figures(s, chosen, runs, results, src, ref)
