@@ -1,10 +1,11 @@
 """The malformed-input zoo: every command that reads files, over generated bad inputs.
 
 Bad text files (missing, a directory, invalid UTF-8, NUL bytes, UTF-16, an over-long line, empty or
-blank), bad configs and ``--set`` values, broken run directories, broken ARPA/binary n-gram models
-and outputs that cannot or must not be written, each through every command that takes them. Every
-case must end with exit status 2 and exactly one line ``attnmt: error: ...`` on stderr that names
-the file (or key), no traceback, nothing on stdout, and no file left behind in its directory.
+blank), bad configs and ``--set`` values, broken run directories and training logs, broken
+ARPA/binary n-gram models and outputs that cannot or must not be written, each through every
+command that takes them. Every case must end with exit status 2 and exactly one line
+``attnmt: error: ...`` on stderr that names the file (or key), no traceback, nothing on stdout, and
+no file left behind in its directory.
 
 The commands run in-process (``attnmt.cli.main.main``, stderr captured) on one tiny model trained
 once per session (``tiny_run`` in conftest.py); a few cases run the real console script to check
@@ -321,6 +322,9 @@ TEXT_SLOTS = [
                                                    "--input", str(b)]),
     Slot("eval --input (tsv)", lambda b, g, r, a: ["eval", "--model", str(r), "--input",
                                                    _as_tsv(b)]),
+    Slot("eval --tune-on (tsv)", lambda b, g, r, a: ["eval", "--model", str(r), "--input",
+                                                     str(g["prefix"]), "--alpha", "0,0", "--tune-on",
+                                                     _as_tsv(b)]),
     Slot("ngram build --input", lambda b, g, r, a: ["ngram", "build", "--order", "2", "--input",
                                                     str(b), "--arpa", str(g["en"].parent / "o.arpa")],
          skip=_LMPLZ),
@@ -430,6 +434,31 @@ def test_bad_run_directory(kind, argv, make, shown, words, tmp_path, tiny_run, w
         where, words = str(run / "checkpoints" / "step-"), (*words, "model.safetensors")
     make(run)
     assert_fails(tmp_path, argv(run, good, out), (where, *words))
+
+
+# A broken training log (log.jsonl) for analyse curves: (name, bytes, the line named, words).
+_LOG_OK = b'{"event": "start", "params": 1}\n{"event": "train", "step": 1, "ppl": 9.5}\n'
+BAD_LOGS = [
+    ("truncated-last-line", _LOG_OK + b'{"event": "valid", "step": 1, "pp', 3, ("not a JSON record",)),
+    ("garbled-line", _LOG_OK + b'{"event": "valid", step=1 ppl=3}\n' + _LOG_OK, 3, ("not a JSON record",)),
+    ("nested-too-deep", _LOG_OK + b"[" * 100_000 + b"\n", 3, ("not a JSON record",)),
+    ("not-an-object", b'[1, 2]\n' + _LOG_OK, 1, ("JSON object",)),
+    ("ppl-not-a-number", b'{"event": "valid", "step": 1, "ppl": "low"}\n', 1, ("numbers",)),
+    ("step-infinite", b'{"event": "valid", "step": Infinity, "ppl": 3.0}\n', 1, ("numbers",)),
+    ("invalid-utf8", _LOG_OK + b'{"event": "valid", "step": 2, "ppl": \xff}\n', 3, ("invalid UTF-8",)),
+    ("nul-bytes", _LOG_OK + b'{"event": "valid",\x00 "step": 2}\n', 3, ("NUL byte",)),
+]
+
+
+@pytest.mark.parametrize("name,data,line,words", BAD_LOGS, ids=[b[0] for b in BAD_LOGS])
+def test_bad_training_log(name, data, line, words, tmp_path):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for run, text in ((good, _LOG_OK), (bad, data)):
+        run.mkdir()
+        (run / "log.jsonl").write_bytes(text)
+    argv = ["analyse", "curves", "--run", str(good), "--run", str(bad), "--out", str(tmp_path / "c.png"),
+            "--csv", str(tmp_path / "c.csv")]
+    assert_fails(tmp_path, argv, (f"{bad / 'log.jsonl'}:{line}:", *words))
 
 
 def test_checkpoint_names_are_checked(tmp_path, tiny_run):

@@ -36,14 +36,14 @@ def read_log(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
-            raise UserError("not a JSON record", str(path), number) from None
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: "[[[[..." nested too deep
+            raise UserError("not a JSON record (a truncated or garbled line?)", str(path), number) from None
         if not isinstance(rec, dict):
             raise UserError("not a JSON object", str(path), number)
         if rec.get("event") in curves and "step" in rec and "ppl" in rec:
             try:
                 point = (int(rec["step"]), float(rec["ppl"]))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: "step": Infinity
                 raise UserError("step and ppl must be numbers", str(path), number) from None
             if point[1] == point[1]:  # a NaN perplexity has no place on a log scale
                 curves[rec["event"]].append(point)
