@@ -116,3 +116,13 @@ def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
             signal.signal(sig, handler)
         torch.set_num_threads(threads)
     return run_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_arpa(tiny_corpus, tmp_path_factory) -> Path:
+    """A trigram ARPA file estimated on the tiny corpus's target side (the malformed-input zoo)."""
+    from attnmt.ngram.model import NgramLM
+
+    path = tmp_path_factory.mktemp("arpa") / "tiny.arpa"
+    NgramLM.estimate_text(tiny_corpus.directory / "train.es", order=3).to_arpa(path)
+    return path
