@@ -131,13 +131,22 @@ def test_linear_cross_entropy_refuses_a_second_backward():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("attention,score", [("global", "general"), ("global", "dot"), ("global", "concat"),
                                              ("global", "location"), ("local-p", "general"), ("none", "dot")])
-def test_inference_step_equals_the_generic_step(dtype, attention, score):
+@pytest.mark.parametrize("gate_table", [True, False])
+def test_inference_step_equals_the_generic_step(dtype, attention, score, gate_table, monkeypatch):
     """Seq2Seq.step in eval mode without autograd (decoder.infer_step: packed weights, one product
-    per layer) gives the decoder's generic one-step forward: logits, state and attention."""
+    per layer, layer 1's embedding gates looked up in a table unless it is too large) gives the
+    decoder's generic one-step forward: logits, state and attention."""
+    from attnmt.models.decoders import LuongDecoder
+
+    if not gate_table:
+        monkeypatch.setattr(LuongDecoder, "EMB_GATES_MAX_BYTES", 0)
     cfg = ModelConfig(layers=2, hidden=6, embed=5, attention=attention, score=score, input_feed=True,
                       dropout=0.3)
     torch.manual_seed(3)
     model = Seq2Seq(cfg, 15, 13, init_uniform=0.4).to(dtype).eval()
+    with torch.no_grad():
+        model.decoder._inference_weights()
+    assert (model.decoder._cached_inference[1][1] is not None) == gate_table
     src, src_lengths, tgt_in, _ = _batch()
     with torch.no_grad():
         enc = model.encode(src, src_lengths)

@@ -150,15 +150,12 @@ def beam_search(
             weights = weights.repeat_interleave(K, 0) if weights is not None else None
         else:
             logits, state, weights = model.step(prefix, state, enc, need_weights)
-        # log p = logit − log Σ exp(logits): ranked on the logits, normalised for the 2K kept only
-        logits = logits.float()  # (n·K, V)
-        log_z = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n·K, 1), before blocking, as log_softmax
-        _block_specials(logits)
+        # one fused log_softmax pass is cheaper on CPU than logsumexp's separate passes
+        logp = _block_specials(torch.log_softmax(logits.float(), dim=-1))  # (n·K, V)
         # The 2K best of a sentence's K·V extensions are among the 2K best of each of its rows
         # (one score is added to a whole row), so rank each row first and then the K·2K.
-        row_k = min(2 * K, logits.size(-1))
-        row_lp, row_tok = row_topk(logits, row_k)  # (n·K, row_k)
-        row_lp = row_lp - log_z
+        row_k = min(2 * K, logp.size(-1))
+        row_lp, row_tok = row_topk(logp, row_k)  # (n·K, row_k)
         cand = (scores.view(-1, 1) + row_lp).view(n, K * row_k)
         top_scores, top_j = cand.topk(2 * K, dim=-1)  # (n, 2K), best first
         origin = top_j // row_k  # which live hypothesis each candidate extends

@@ -132,14 +132,20 @@ class LuongDecoder(nn.Module):
         """``forward`` for one step of an input-feeding decoder in eval mode without autograd:
         y_prev (B,) -> logits (B, V), the new state, a_t (B, S) or None. Each layer is one
         product with packed weights (layer 1: [emb(y); h̃_{t-1}; h¹_{t-1}] at once)."""
-        layers, W_c, W_s = self._inference_weights()
-        x = torch.cat([self.embedding(y_prev), state["feed"]], dim=1)
+        layers, emb_gates, W_c, W_s = self._inference_weights()
+        if emb_gates is not None:  # layer 1's embedding half and bias: one row of a table per word
+            x = state["feed"]
+            first = emb_gates.index_select(0, y_prev)
+        else:
+            x = torch.cat([self.embedding(y_prev), state["feed"]], dim=1)
         hs, cs = [], []
         H = self.hidden
         # tanh(z) = 2σ(2z) − 1: on CPU σ is several times cheaper than tanh, and the factor 2
         # of the g gate and of W_c is folded into their packed weights
         for layer, (w, b) in enumerate(layers):
-            act = torch.sigmoid(packed.linear(torch.cat([x, state["h"][:, layer]], dim=1), w, b))
+            inp = torch.cat([x, state["h"][:, layer]], dim=1)
+            z = packed.linear_add(inp, w, first) if layer == 0 and emb_gates is not None else packed.linear(inp, w, b)
+            act = torch.sigmoid(z)
             g = act[:, 2 * H : 3 * H].mul(2).sub_(1)
             c = torch.addcmul(act[:, H : 2 * H] * state["c"][:, layer], act[:, :H], g)
             x = act[:, 3 * H :] * torch.sigmoid(c * 2).mul_(2).sub_(1)
@@ -156,24 +162,39 @@ class LuongDecoder(nn.Module):
         new_state = {"h": torch.stack(hs, 1), "c": torch.stack(cs, 1), "feed": x}
         return logits, new_state, (weights[:, 0] if weights is not None and need_weights else None)
 
+    # the largest table of layer-1 embedding gates kept for search (V × 4H floats)
+    EMB_GATES_MAX_BYTES = 128 * 2**20
+
     def _inference_weights(self):
-        """Packed [W_ih | W_hh] and b_ih + b_hh per layer, W_c and W_s, kept until a weight
-        changes (an in-place update bumps its version counter, a move its data pointer)."""
-        params = list(self.rnn.parameters()) + list(self.W_s.parameters())
+        """Packed [W_ih | W_hh] and b_ih + b_hh per layer, the embedding-gate table, W_c and W_s,
+        kept until a weight changes (an in-place update bumps its version counter, a move its
+        data pointer).
+
+        The table holds W_ih[:, :E] emb(y) + b_ih + b_hh for every word y (V × 4H): a search
+        step looks its rows up instead of multiplying the embedding half of layer 1 (E of the
+        E + 2H inputs) again for every hypothesis. Left out (None) when it would exceed
+        EMB_GATES_MAX_BYTES; layer 1 then multiplies [emb(y); h̃; h] as one product."""
+        params = list(self.rnn.parameters()) + list(self.W_s.parameters()) + [self.embedding.weight]
         params += list(self.W_c.parameters()) if self.W_c is not None else []
         key = tuple((p.data_ptr(), p._version) for p in params)
         cached = getattr(self, "_cached_inference", None)
         if cached is None or cached[0] != key:
-            layers, H = [], self.hidden
+            layers, H, E = [], self.hidden, self.embed_dim
+            V = self.embedding.num_embeddings
+            table_fits = 4 * H * V * self.embedding.weight.element_size() <= self.EMB_GATES_MAX_BYTES
+            emb_gates = None
             for layer in range(self.layers):
                 w = torch.cat([getattr(self.rnn, f"weight_ih_l{layer}"), getattr(self.rnn, f"weight_hh_l{layer}")], 1)
                 b = getattr(self.rnn, f"bias_ih_l{layer}") + getattr(self.rnn, f"bias_hh_l{layer}")
                 w, b = w.detach().clone(), b.detach().clone()
                 w[2 * H : 3 * H] *= 2  # the g gate: tanh(z) = 2σ(2z) − 1
                 b[2 * H : 3 * H] *= 2
+                if layer == 0 and table_fits:
+                    emb_gates = torch.addmm(b, self.embedding.weight.detach(), w[:, :E].t())  # (V, 4H)
+                    w = w[:, E:]
                 layers.append((packed.pack(w, 320), b))
             W_c = packed.pack(2 * self.W_c.weight.detach(), 320) if self.W_c is not None else None
-            cached = (key, (layers, W_c, packed.pack(self.W_s.weight, 320)))
+            cached = (key, (layers, emb_gates, W_c, packed.pack(self.W_s.weight, 320)))
             self._cached_inference = cached
         return cached[1]
 
