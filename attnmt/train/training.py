@@ -127,6 +127,19 @@ def perplexity(model, src, tgt, device, batch_tokens: int = 4000, autocast=nullc
 
 
 # -- the loop -----------------------------------------------------------------------------------
+class TokenLoss(torch.nn.Module):
+    """A model's own ``token_loss`` as a module's forward: the step calls it through DDP when
+    training is data-parallel, so the cheap loss and DDP's gradient synchronisation go together."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                tgt_out: torch.Tensor, smoothing: float) -> torch.Tensor:
+        return type(self.model).token_loss(self.model, src, src_lengths, tgt_in, tgt_out, smoothing)
+
+
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
         self.cfg, self.run_dir = cfg, run_dir
@@ -158,10 +171,15 @@ class Trainer:
         self.validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
         if resuming:
             self._resume()
-        self.ddp = self.model
-        if self.dist.world > 1:
+        # A model class may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal
+        # to token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). Looked up on
+        # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
+        # would skip their own forward.
+        self.fused_loss = getattr(type(self.model), "token_loss", None) is not None
+        self.ddp = TokenLoss(self.model) if self.fused_loss else self.model  # what a step calls
+        if self.dist.world > 1:  # DDP synchronises the gradients of what its forward runs
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.ddp = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+            self.ddp = torch.nn.parallel.DistributedDataParallel(self.ddp, device_ids=ids)
         use_amp = t.amp and self.device.type == "cuda"
         dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
         self.autocast = (
@@ -256,27 +274,18 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, total_tokens = 0.0, 0
         norm = sum(loss_units(self.model, b) if t.loss_norm == "tokens" else b.src.size(0) for b in batches)
-        # A model class may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal
-        # to token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). Looked up on
-        # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
-        # would skip their own forward. Not under DDP, whose forward must see every batch.
-        fused_loss = getattr(type(self.model), "token_loss", None)
-        if self.ddp is not self.model:
-            fused_loss = None
         for i, batch in enumerate(batches):
             batch = batch.to(self.device)
-            groups = self._row_groups(batch) if fused_loss is not None else 1
+            # row groups bypass DDP's forward, so they run in a single process only
+            groups = self._row_groups(batch) if self.fused_loss and self.dist.world == 1 else 1
             if groups > 1:  # CPU: groups of rows at once, one thread each (train/row_groups.py)
                 total_loss += grouped_backward(self.model, batch, groups, 1.0 / norm, t.label_smoothing)
                 total_tokens += loss_units(self.model, batch)
                 continue
             sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
             with sync(), self.autocast():
-                if fused_loss is not None:
-                    loss = fused_loss(
-                        self.model, batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out,
-                        t.label_smoothing,
-                    )
+                if self.fused_loss:
+                    loss = self.ddp(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, t.label_smoothing)
                 else:
                     logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
                     loss = model_loss(self.model, logits, batch, t.label_smoothing)
