@@ -176,10 +176,11 @@ class Trainer:
         # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
         # would skip their own forward.
         self.fused_loss = getattr(type(self.model), "token_loss", None) is not None
-        self.ddp = TokenLoss(self.model) if self.fused_loss else self.model  # what a step calls
+        self.ddp = self.model
         if self.dist.world > 1:  # DDP synchronises the gradients of what its forward runs
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.ddp = torch.nn.parallel.DistributedDataParallel(self.ddp, device_ids=ids)
+            wrapped = TokenLoss(self.model) if self.fused_loss else self.model
+            self.ddp = torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
         use_amp = t.amp and self.device.type == "cuda"
         dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
         self.autocast = (
@@ -285,7 +286,8 @@ class Trainer:
             sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
             with sync(), self.autocast():
                 if self.fused_loss:
-                    loss = self.ddp(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, t.label_smoothing)
+                    args = (batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, t.label_smoothing)
+                    loss = self.ddp(*args) if self.dist.world > 1 else type(self.model).token_loss(self.model, *args)
                 else:
                     logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
                     loss = model_loss(self.model, logits, batch, t.label_smoothing)
