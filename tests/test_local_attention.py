@@ -70,22 +70,55 @@ def test_matches_reference_with_truncated_windows(mode, composition, score):
     torch.testing.assert_close(dense, ref_dense, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["local-m", "local-p"])
-@pytest.mark.parametrize("score", ["dot", "general", "concat"])
-def test_decoding_paths_equal_the_training_path(monkeypatch, mode, score):
-    """Without autograd the window rows are gathered once for scores and context (or, for large
-    batches, in chunks with embedding_bag for the context): same numbers as the training path."""
-    query, values, mask = _inputs()
-    att = LocalAttention(mode, score, 8, 8, window=2)
+def _training_path(att, query, values, mask, positions, memory=None):
+    """Today's code with autograd on (the training path): the oracle of the decoding path."""
+    with torch.enable_grad():
+        memory = att.prepare(values, mask) if memory is None else memory
+        context, dense = att(query, memory, positions, need_weights=True)
+    return context.detach(), dense.detach()
+
+
+@pytest.mark.parametrize(
+    "mode, sigma, composition",
+    [("local-m", None, "paper"), ("local-m", 1.5, "inside"), ("local-m", 1.5, "paper"),
+     ("local-p", None, "paper"), ("local-p", None, "inside")],
+)
+@pytest.mark.parametrize("score", SCORES)
+@pytest.mark.parametrize("lengths", [(9, 5, 1), (9, 7, 6)])
+def test_decoding_step_equals_the_training_path(monkeypatch, mode, sigma, composition, score,
+                                                lengths):
+    """Without autograd (decoding): one step at a time and a block of T steps, whole or in
+    chunks, with and without weights, equal the training path; windows run past both ends of
+    sentences of different lengths (with lengths 9, 7, 6 local-m's first steps take the
+    aligned, gather-free path, later ones the gathered one)."""
+    query, values, mask = _inputs(lengths=lengths)
+    values = values.masked_fill(~mask.unsqueeze(-1), float("nan"))  # padding must never be read
+    att = LocalAttention(mode, score, 8, 8, window=2, sigma=sigma, composition=composition)
     positions = torch.arange(12)
-    ref_context, ref_dense = att(query, att.prepare(values, mask), positions)  # autograd path
-    with torch.no_grad():
-        context, dense = att(query, att.prepare(values, mask), positions)
-        monkeypatch.setattr(local_attention, "STEP_CHUNK_ELEMENTS", 40)
-        chunked, _ = att(query, att.prepare(values, mask), positions)
-    for got in (context, chunked):
-        torch.testing.assert_close(got, ref_context, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(dense, ref_dense, rtol=1e-5, atol=1e-6)
+    ref_context, ref_dense = _training_path(att, query, values.nan_to_num(), mask, positions)
+    for chunked in (False, True):
+        if chunked:
+            monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 1)
+        with torch.no_grad():
+            memory = att.prepare(values, mask)
+            context, dense = att(query, memory, positions, need_weights=True)
+            alone, none = att(query, memory, positions, need_weights=False)
+            assert none is None
+            torch.testing.assert_close(alone, context)
+            torch.testing.assert_close(context, ref_context, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(dense, ref_dense, rtol=1e-5, atol=1e-6)
+            for t in range(12):
+                c_t, w_t = att(query[:, t : t + 1], memory, positions[t : t + 1])
+                torch.testing.assert_close(c_t, ref_context[:, t : t + 1], rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(w_t, ref_dense[:, t : t + 1], rtol=1e-5, atol=1e-6)
+            for b in range(3):  # batch 1 (greedy search of one sentence): its own path
+                alone = memory.select(torch.tensor([b]))
+                for t in range(12):
+                    c_t, w_t = att(query[b : b + 1, t : t + 1], alone, positions[t : t + 1])
+                    torch.testing.assert_close(c_t, ref_context[b : b + 1, t : t + 1],
+                                               rtol=1e-5, atol=1e-6)
+                    torch.testing.assert_close(w_t, ref_dense[b : b + 1, t : t + 1],
+                                               rtol=1e-5, atol=1e-6)
 
 
 def test_local_m_window_at_sentence_start_and_past_the_end():
@@ -164,9 +197,11 @@ def test_memory_select_for_beam_search():
 
 @pytest.mark.parametrize("mode", ["local-m", "local-p"])
 @pytest.mark.parametrize("score", ["general", "concat"])
-def test_beam_rows_share_their_sentence_entry(mode, score):
+@pytest.mark.parametrize("t", [0, 4])  # local-m: every sentence longer than t (no gather), or not
+def test_beam_rows_share_their_sentence_entry(mode, score, t):
     """repeat_rows(K) keeps one entry per sentence (no copy); K query rows reading it get what
-    K separate copies give, and so do later reorderings, aligned or not."""
+    K separate copies give, and so do later reorderings, aligned or not; the decoding path
+    (memory prepared without autograd) equals the training path on the copies."""
     query, values, mask = _inputs(T=1)
     att = LocalAttention(mode, score, 8, 8, window=2)
     K = 4
@@ -176,16 +211,59 @@ def test_beam_rows_share_their_sentence_entry(mode, score):
     copied = select_batch(memory, torch.arange(3).repeat_interleave(K))
     assert copied.rows == 1
     q = torch.randn(3 * K, 1, 8, generator=torch.Generator().manual_seed(3))
-    positions = torch.tensor([4])
+    positions = torch.tensor([t])
     with torch.no_grad():
+        decoding = att.prepare(values, mask)
+        shared_d = decoding.repeat_rows(K)
+        assert shared_d.values.data_ptr() == decoding.values.data_ptr()
+        assert att._padded(shared_d) is att._padded(decoding)  # padded once per sentence
         for index in (None, torch.tensor([4, 5, 6, 7, 0, 1, 2, 3]), torch.tensor([5, 5, 0, 11])):
             a = shared if index is None else select_batch(shared, index)
             b = copied if index is None else select_batch(copied, index)
+            d = shared_d if index is None else select_batch(shared_d, index)
             qi = q if index is None else q[index]
             c_a, w_a = att(qi, a, positions)
             c_b, w_b = att(qi, b, positions)
-            torch.testing.assert_close(c_a, c_b)
-            torch.testing.assert_close(w_a, w_b)
+            c_d, w_d = att(qi, d, positions)
+            c_ref, w_ref = _training_path(att, qi, None, None, positions, memory=b)
+            for c, w in ((c_a, w_a), (c_b, w_b), (c_d, w_d)):
+                torch.testing.assert_close(c, c_ref, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(w, w_ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+@pytest.mark.parametrize("B", [1, 3])
+def test_decoding_step_touches_nothing_of_source_length(mode, B):
+    """After prepare, a decoding step (no weights asked for) produces no tensor with as many
+    elements as the source is long: only windows, (B, 2D+1) scores and (B, d) vectors."""
+    S, d, D = 4000, 4, 3
+    values = torch.randn(B, S, d)
+    att = LocalAttention(mode, "general", d, d, window=D)
+    with torch.no_grad():
+        memory = att.prepare(values, torch.ones(B, S, dtype=torch.bool))
+        query = torch.randn(B, 1, d)
+        for t in (5, S + 7):  # local-m: inside every sentence, and past the end
+            with LargestTensor() as probe:
+                att(query, memory, torch.tensor([t]), need_weights=False)
+            assert probe.largest <= max(B * (2 * D + 1) * d, 2 * d * d) < S
+
+
+def test_decoding_under_autocast_runs_close_to_float32():
+    """bfloat16 autocast (evaluation on CPU): scores in low precision, mask and softmax in float32.
+    local-p's window may move with its low-precision p_t, so only local-m is compared."""
+    query, values, mask = _inputs()
+    for mode in ("local-m", "local-p"):
+        att = LocalAttention(mode, "general", 8, 8, window=2)
+        with torch.no_grad():
+            memory = att.prepare(values, mask)
+            ref, _ = att(query, memory, torch.arange(12))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                one, _ = att(query[:1, 3:4], memory.select(torch.tensor([0])), torch.tensor([3]))
+                block, w = att(query, memory, torch.arange(12))
+        assert torch.isfinite(block).all() and torch.isfinite(one).all() and w.dtype == torch.float
+        if mode == "local-m":
+            torch.testing.assert_close(one.float(), ref[:1, 3:4], rtol=0.05, atol=0.05)
+            torch.testing.assert_close(block.float(), ref, rtol=0.05, atol=0.05)
 
 
 @pytest.mark.parametrize("chunk", [1 << 20, 7])  # one chunk; one window row per chunk
@@ -290,6 +368,43 @@ def test_seq2seq_teacher_forcing_equals_step_by_step(mode, input_feed):
         enc2 = select_batch(enc, index)
         step_logits, _, _ = model.step(tgt_in[index, :1], model.init_state(enc2), enc2)
         torch.testing.assert_close(step_logits, logits[index, 0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+def test_search_with_the_decoding_path_equals_the_training_path(monkeypatch, mode):
+    """Greedy and beam search over sentences of different lengths find the same hypotheses with
+    the same scores whether the attention takes the decoding path or today's training path."""
+    from attnmt.decode.search import beam_search, greedy_search
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=2, hidden=16, embed=12, attention=mode, score="general",
+                      input_feed=True, dropout=0.0, window=2)
+    model = Seq2Seq(cfg, 20, 22, init_uniform=0.3).eval()
+    src = torch.randint(4, 20, (3, 9))
+    lengths = torch.tensor([9, 4, 2])
+    src[1, 4:] = 0
+    src[2, 2:] = 0
+
+    def run():
+        return [greedy_search(model, src, lengths, max_len_cap=14),
+                beam_search(model, src, lengths, beam_size=3, nbest=3, max_len_cap=14)]
+
+    new = run()
+    decode = LocalAttention._decode
+
+    def training_path(self, query, memory, positions, need_weights):
+        with torch.enable_grad():
+            context, weights = LocalAttention.forward(self, query, memory, positions, need_weights)
+        return context.detach(), (weights.detach() if weights is not None else None)
+
+    monkeypatch.setattr(LocalAttention, "_decode", training_path)
+    old = run()
+    monkeypatch.setattr(LocalAttention, "_decode", decode)
+    for got, want in zip(new, old):
+        for hyps, ref in zip(got, want):
+            assert [h.tokens for h in hyps] == [h.tokens for h in ref]
+            for h, r in zip(hyps, ref):
+                assert h.score == pytest.approx(r.score, rel=1e-5, abs=1e-5)
 
 
 def _reversal_batch(n: int, vocab: int, g: torch.Generator):

@@ -71,13 +71,16 @@ class Memory:
 
     def repeat_rows(self, k: int) -> "Memory":
         """Every query row repeated k times: shared if the attention can read shared entries."""
-        if self.shareable:
-            return Memory(**self._tensors(lambda t: t), rows=self.rows * k, shareable=True)
+        if self.shareable:  # the same tensors: what was derived from them still holds
+            out = Memory(**self._tensors(lambda t: t), rows=self.rows * k, shareable=True)
+            out.__dict__["_cache"] = dict(self.__dict__.get("_cache", {}))
+            return out
         return Memory(**self._tensors(lambda t: t.repeat_interleave(k, dim=0)))
 
     def cached(self, key, build: Callable[["Memory"], Any]) -> Any:
         """``build(self)``, computed once per Memory object: source-only work an attention
-        module derives on first use (a ``select``-ed memory starts without it)."""
+        module derives on first use (a ``select``-ed memory starts without it; ``repeat_rows``
+        keeps it, so a key must name ``rows`` if what it holds depends on them)."""
         cache = self.__dict__.setdefault("_cache", {})
         if key not in cache:
             cache[key] = build(self)

@@ -27,22 +27,34 @@ Choices the paper leaves open, fixed here:
 * σ = inf disables the Gaussian (with D ≥ S this is exactly global attention).
 
 Cost. Only the window's 2D+1 encoder states are read for each target step, so a block of T steps
-costs O(T·D·d) time, whatever the source length S; the full T×S score matrix is never formed. The
-window bookkeeping is done once per memory, not per step: two small tables over the source
-positions padded by D on each side give, for the window slot j of a centre, the memory row to read
-(clamped into the sentence) and an additive mask (0 inside the sentence, −inf outside), so a step
-finds its window with one addition and two gathers. For dot and general the two window products
-(scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) gather the window rows in bounded chunks (during
-decoding, chunks small enough that a step's temporaries stay well below global attention's B×S
-scores); with autograd they are functions that gather the rows again in backward instead of keeping
-a (T, 2D+1, d) copy of the windows: training memory is O(T·(D + d)) on top of the encoder states
-(and their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor,
-O(T·D·d), for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no
-projected copy of the source (`concat` still precomputes W' h̄_s once per sentence); without
-autograd, local-p computes W_aᵀ h_t and W_p h_t with one matrix product. The memory is
-shareable: in beam search the K hypotheses of a sentence read its one entry through the window
-tables (no K copies of the source states). The dense (B, T, S) weights are built by scattering
-the window weights back, and only when asked for (need_weights=True).
+costs O(T·D·d) time, whatever the source length S; the full T×S score matrix is never formed.
+
+Training (autograd on): per memory (``Memory.cached``), two small tables over the source positions
+padded by D on each side give, for the window slot j of a centre, the memory row to read (clamped
+into the sentence) and an additive mask (0 inside the sentence, −inf outside). For dot and general
+the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions that
+gather the window rows in bounded chunks and gather them again in backward instead of keeping a
+(T, 2D+1, d) copy of the windows: training memory is O(T·(D + d)) on top of the encoder states (and
+their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
+for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected
+copy of the source (`concat` still precomputes W' h̄_s once per sentence).
+
+Decoding (autograd off, ``_decode``): a decoder step at batch 1 is a few dozen tiny ops, so their
+number matters as much as their size. ``prepare`` then stores the states zero-padded by D rows on
+each side of every sentence (and zeroed on padding), with an additive mask row (0 on real words,
+−inf elsewhere); ``memory.values`` is a view into that buffer, so nothing is copied twice. As in
+global attention, `general` keys W_a h̄_s are computed once per sentence there (a step then
+needs no d×d product per hypothesis for its score). The window centred at c of entry e is the
+D+1+D consecutive rows starting at e·(S+2D) + c of the flattened buffer: one ``index_select`` of
+a strided ``unfold`` view gathers all windows of a step (each a contiguous block), with no
+clamping or index arithmetic that grows with S; scores and mask are one ``baddbmm``, the context
+one ``bmm`` over the same rows. One query row (greedy search at batch 1) takes its window as a
+slice at a Python-number centre. local-m needs no gather at all while every sentence is still
+longer than t (its windows are then the same slice [t, t+2D] of every entry: a strided view).
+Steps with many query rows at long S gather their windows in chunks, so a step's temporaries stay
+well below global attention's B×S scores. The memory is shareable: the K beam hypotheses of a
+sentence read its one entry. The dense (B, T, S) weights are built by scattering the window
+weights back, and only when asked for (need_weights=True).
 """
 
 from __future__ import annotations
@@ -61,12 +73,13 @@ MODES = ("local-m", "local-p")
 COMPOSITIONS = ("paper", "inside")
 
 
-# temporary gathered window elements (rows × (2D+1) × d) per chunk: 4 MB in float32 with autograd;
-# without, the larger of 128 KB and half the B×T×S scores a step of global attention allocates
-# (it allocates about three such tensors), so a decoding step's temporaries stay well below
-# global attention's and large batches of short sources are not cut into many small products
+# temporary gathered window elements (rows × (2D+1) × d) per chunk with autograd: 4 MB in float32
 CHUNK_ELEMENTS = 1 << 20
-STEP_CHUNK_ELEMENTS = 1 << 15
+# decoding: a step gathers up to this many window elements at once (256 KB in float32); beyond it,
+# in 4 chunks when that keeps each below the B×T×S scores a step of global attention allocates
+# (about three such tensors): a step's temporaries then stay well below global attention's at long
+# S. At short S (2D+1)·d > 4S no chunking could do that, and the windows are gathered at once.
+STEP_WINDOW_ELEMENTS = 1 << 16
 
 
 def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -74,14 +87,13 @@ def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return table.index_select(0, rows.reshape(-1)).view(*rows.shape, table.size(-1))
 
 
-def _chunk(rows: torch.Tensor, d: int, elements: int) -> int:
-    return max(1, elements // max(1, rows.size(1) * d))
+def _chunk(rows: torch.Tensor, d: int) -> int:
+    return max(1, CHUNK_ELEMENTS // max(1, rows.size(1) * d))
 
 
-def window_dot(x: torch.Tensor, table: torch.Tensor, rows: torch.Tensor,
-               elements: int | None = None) -> torch.Tensor:
+def window_dot(x: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """out[m, w] = x[m] · table[rows[m, w]]: x (M, d), table (N, d), rows (M, W) -> (M, W)."""
-    step = _chunk(rows, table.size(1), CHUNK_ELEMENTS if elements is None else elements)
+    step = _chunk(rows, table.size(1))
     # (M, W, d) @ (M, d, 1): the windows are the only temporary (a multiply-and-sum would
     # allocate their product too)
     parts = [
@@ -100,7 +112,7 @@ def window_sum(a: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torc
 def window_scatter(a: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, N: int) -> torch.Tensor:
     """The transpose of both: out[n] = Σ_{m, w: rows[m, w] = n} a[m, w] x[m] -> (N, d)."""
     out = x.new_zeros(N, x.size(1))
-    step = _chunk(rows, x.size(1), CHUNK_ELEMENTS)
+    step = _chunk(rows, x.size(1))
     for i in range(0, rows.size(0), step):
         outer = a[i : i + step].unsqueeze(-1).to(x.dtype) * x[i : i + step].unsqueeze(1)
         out.index_add_(0, rows[i : i + step].reshape(-1), outer.reshape(-1, x.size(1)))
@@ -188,12 +200,76 @@ class LocalAttention(nn.Module):
         return math.isfinite(self.sigma)
 
     def prepare(self, values: torch.Tensor, mask: torch.Tensor) -> Memory:
-        # values (B, S, d), mask (B, S). `general` keeps keys = values: h_tᵀ W_a h̄_s is computed
-        # as (W_aᵀ h_t)ᵀ h̄_s, which costs O(T·d²) per block instead of O(S·d²) per sentence and
-        # keeps no second S-long tensor; `concat` still needs W_memory h̄_s for every s.
-        keys = values if self.score.kind == "general" else self.score.keys(values)
-        # shareable: beam hypotheses read their sentence's entry (see Memory), never a copy
-        return Memory(values=values, keys=keys, mask=mask, lengths=mask.sum(1), shareable=True)
+        # values (B, S, d), mask (B, S). In training `general` keeps keys = values: h_tᵀ W_a h̄_s
+        # is computed as (W_aᵀ h_t)ᵀ h̄_s, which costs O(T·d²) per block instead of O(S·d²) per
+        # sentence and keeps no second S-long tensor (nor its gradient); `concat` still needs
+        # W_memory h̄_s for every s.
+        lengths = mask.sum(1)
+        if torch.is_grad_enabled():
+            keys = values if self.score.kind == "general" else self.score.keys(values)
+            # shareable: beam hypotheses read their sentence's entry (see Memory), never a copy
+            return Memory(values=values, keys=keys, mask=mask, lengths=lengths, shareable=True)
+        # decoding: W_a h̄_s once per sentence, as global attention does (a step then needs no
+        # d×d product per hypothesis for the score); the memory's states are views into the
+        # padded buffers the steps read
+        padded = self._pad(values, values, mask)
+        S, D = mask.size(1), self.window
+        view = {id(t): t.narrow(1, D, S) for t in (padded["values_pad"], padded["keys_pad"])}
+        memory = Memory(values=view[id(padded["values_pad"])], keys=view[id(padded["keys_pad"])],
+                        mask=mask, lengths=lengths, shareable=True)
+        memory.cached(("local-pad", D), lambda memory: padded)
+        return memory
+
+    def _pad(self, values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> dict:
+        """The decoding tables of a memory: keys and values (E, S+2D, d) with D zero rows on each
+        side of every sentence and zeros on its padding (row j is position j − D), the mask bias
+        (E, 1, S+2D) (0 on real words, −inf elsewhere), their unfolded views (window w of the
+        flattened buffer: rows w..w+2D), and the shortest sentence's last position."""
+        E, S = mask.shape
+        D, W = self.window, 2 * self.window + 1
+        inside = F.pad(mask, (D, D)).unsqueeze(-1)  # (E, S+2D, 1)
+        if keys is values and self.score.kind != "dot":  # not yet W_a h̄_s, W_memory h̄_s
+            keys = self.score.keys(values)  # (concat-simple: values again)
+
+        def pad(x: torch.Tensor) -> torch.Tensor:
+            out = x.new_zeros(E, S + 2 * D, x.size(-1))
+            out.narrow(1, D, S).copy_(x)
+            return out.masked_fill_(~inside, 0)  # garbage in padding must not reach 0·h̄_s
+
+        values_pad = pad(values)
+        keys_pad = values_pad if keys is values else pad(keys)
+        bias = torch.zeros(E, 1, S + 2 * D, device=mask.device)
+        bias.masked_fill_(~inside.transpose(1, 2), float("-inf"))
+        # (E·(S+2D) − 2D, W, d): window w = rows w..w+2D of the flattened buffer, W·d contiguous
+        # numbers (a gather copies each window in one piece)
+        unfold = lambda x, d: x.view(-1, d).unfold(0, W, 1).transpose(1, 2)
+        gauss = (self.offsets.square() * (-0.5 / self.sigma**2)).view(1, 1, W)  # local-m's
+        return {"values_pad": values_pad, "keys_pad": keys_pad, "bias_pad": bias,
+                "values": unfold(values_pad, values.size(-1)),
+                "keys": unfold(keys_pad, keys.size(-1)) if keys is not values else None,
+                "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
+                "log_gauss_m": gauss, "offsets": self.offsets.to(bias.dtype),
+                "lengths": mask.sum(1, keepdim=True).float(),
+                # the first sentence's, for _decode_single
+                "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0]}
+
+    def _padded(self, memory: Memory) -> dict:
+        """``_pad`` of a memory, once (``prepare`` without autograd stores it already)."""
+        return memory.cached(("local-pad", self.window),
+                             lambda m: self._pad(m.values, m.keys, m.mask))
+
+    def _decode_rows(self, memory: Memory) -> dict[str, torch.Tensor]:
+        """Per query row r (entry r // memory.rows), (R, 1, 1): where its entry starts in the
+        flattened padded buffer, its sentence's last position and length."""
+
+        def build(memory: Memory) -> dict[str, torch.Tensor]:
+            E, S = memory.mask.shape
+            entry = torch.arange(E * memory.rows, device=memory.mask.device) // memory.rows
+            view = lambda x: x[entry].view(-1, 1, 1)
+            return {"start": view(torch.arange(E, device=entry.device) * (S + 2 * self.window)),
+                    "last": view(memory.lengths - 1), "length": view(memory.lengths).float()}
+
+        return memory.cached(("local-rows", self.window, memory.rows), build)
 
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None
@@ -216,23 +292,18 @@ class LocalAttention(nn.Module):
         logit = self.v_p(torch.tanh(projected)).squeeze(-1)  # v_pᵀ tanh(W_p h_t): (B, T)
         return self._window_tables(memory)["length"] * torch.sigmoid(logit.float())
 
-    def _queries(self, query: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _queries(
+        self, query: torch.Tensor, keys_projected: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(the query the window scores use, W_p h_t or None). For `general` the score's query is
-        W_aᵀ h_t; without autograd, local-p gets it and W_p h_t from one product with the two
-        matrices side by side (cached until a weight changes)."""
-        general = self.score.kind == "general"
+        W_aᵀ h_t, unless the keys it meets are W_a h̄_s already (decoding)."""
+        if self.score.kind == "general" and not keys_projected:
+            score_query = query @ self.score.W_a.weight
+        else:
+            score_query = query
         if self.mode != "local-p":
-            return (query @ self.score.W_a.weight if general else query), None
-        if not general or torch.is_grad_enabled():
-            return (query @ self.score.W_a.weight if general else query), self.W_p(query)
-        W_a, W_p = self.score.W_a.weight, self.W_p.weight
-        key = (W_a.data_ptr(), W_a._version, W_p.data_ptr(), W_p._version, W_a.dtype)
-        cached = getattr(self, "_joint", None)
-        if cached is None or cached[0] != key:
-            cached = (key, torch.cat([W_a, W_p.t()], dim=1))  # (d_q, d_mem + d_q)
-            self._joint = cached
-        both = query @ cached[1]
-        return both[..., : W_a.size(1)], both[..., W_a.size(1) :]
+            return score_query, None
+        return score_query, F.linear(query, self.W_p.weight)  # W_p h_t (no Module call per step)
 
     def _window_tables(self, memory: Memory) -> dict[str, torch.Tensor]:
         """Per memory, once: over the source positions padded by D on each side (index j is
@@ -266,13 +337,15 @@ class LocalAttention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # query h_t: (B, T, d); positions: (T,) absolute target indices. One decoder step runs
-        # this whole function, so it is kept to few, small tensor ops. B query rows read
+        # query h_t: (B, T, d); positions: (T,) absolute target indices. B query rows read
         # E = B / memory.rows memory entries (beam hypotheses share their sentence's).
+        if not torch.is_grad_enabled():
+            return self._decode(query, memory, positions, need_weights)
         B, T, _ = query.shape
         E, S = memory.mask.shape
         tables = self._window_tables(memory)
-        score_query, projected = self._queries(query)
+        # keys = W_a h̄_s already when the memory was prepared for decoding
+        score_query, projected = self._queries(query, memory.keys is not memory.values)
         if self.mode == "local-m":
             p = centre = self._monotonic(query, memory, positions)  # (B, T)
         else:
@@ -283,18 +356,9 @@ class LocalAttention(nn.Module):
         mask = tables["bias"].take(flat)  # 0, or −inf for window slots outside the sentence
         values = memory.values.reshape(E * S, -1)  # (E·S, d)
 
-        windows = None  # the gathered window rows, when small enough to keep (decoding)
-        grad = torch.is_grad_enabled()
         if self.score.kind in ("dot", "general"):
             keys = memory.keys.reshape(E * S, -1)
-            x = score_query.reshape(B * T, -1)
-            if grad:
-                scores = WindowDot.apply(x, keys, rows)
-            elif rows.numel() * keys.size(1) <= max(STEP_CHUNK_ELEMENTS, B * T * S // 2):
-                windows = gather_windows(keys, rows)  # (B·T, W, d)
-                scores = torch.bmm(windows, x.unsqueeze(-1)).squeeze(-1)
-            else:
-                scores = window_dot(x, keys, rows, max(STEP_CHUNK_ELEMENTS, B * T * S // 2))
+            scores = WindowDot.apply(score_query.reshape(B * T, -1), keys, rows)
         else:  # concat: the tanh window tensor is needed for backward anyway
             keys = gather_windows(memory.keys.reshape(E * S, -1), rows)  # (B·T, W, d_k)
             scores = self.score(query, keys.view(B, T, *keys.shape[1:]))
@@ -309,13 +373,7 @@ class LocalAttention(nn.Module):
             weights = weights * log_gauss.exp()  # eq. 10
 
         a = weights.to(values.dtype).view(B * T, -1)
-        if windows is not None and memory.keys is memory.values:
-            context = torch.bmm(a.unsqueeze(1), windows)  # the same rows: no second gather
-        elif grad:
-            context = WindowSum.apply(a, values, rows)
-        else:
-            context = window_sum(a, values, rows)  # c_t = Σ_s a_t(s) h̄_s, rows not gathered
-        context = context.view(B, T, -1)  # (B, T, d)
+        context = WindowSum.apply(a, values, rows).view(B, T, -1)  # c_t = Σ_s a_t(s) h̄_s
         if not need_weights:
             return context, None
         # back to absolute source positions; add (not overwrite): clamped slots repeat an index,
@@ -323,3 +381,153 @@ class LocalAttention(nn.Module):
         positions_in = rows.view(B, T, -1) - tables["entry_rows"].view(B, 1, 1)
         dense = weights.new_zeros(B, T, S).scatter_add_(2, positions_in, weights)
         return context, dense
+
+    # -- decoding (no autograd) ------------------------------------------------------------
+    def _decode(
+        self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward`` without autograd, over the padded buffers of ``_pad``: the same function."""
+        B, T, _ = query.shape
+        E, S = memory.mask.shape
+        pad = self._padded(memory)
+        t = None
+        if self.mode == "local-m":
+            if positions is None:
+                positions = torch.arange(T, device=query.device)
+            t = int(positions) if T == 1 else None
+        if B * T == 1 and self.score.kind in ("dot", "general"):  # greedy search at batch 1
+            return self._decode_single(query, pad, t, need_weights)
+        if t is not None and t <= pad["min_last"]:  # local-m: every window is [t − D, t + D]
+            return self._decode_aligned(query, memory, pad, t, need_weights)
+        rows = self._decode_rows(memory)
+        if T > 1:  # one row per (b, t): B·T rows of one step each
+            rows = {k: v.repeat_interleave(T, 0) for k, v in rows.items()}
+            query = query.reshape(B * T, 1, -1)
+        M = B * T
+        score_query, projected = self._queries(query, True)  # (M, 1, ·)
+        if self.mode == "local-m":
+            p = centre = torch.minimum(positions.repeat(B).view(M, 1, 1), rows["last"])
+            log_gauss = pad["log_gauss_m"]  # p_t is the (integer) centre: the window's constant
+        else:
+            logit = F.linear(torch.tanh(projected), self.v_p.weight)  # v_pᵀ tanh(W_p h_t)
+            p = rows["length"] * torch.sigmoid(logit.float())  # (M, 1, 1), float32
+            centre = torch.minimum(p.long(), rows["last"])
+            # (s − p_t)² as o − (p_t − c): p_t − c is exact in float32 (c = ⌊p_t⌋, or S − 1
+            # when p_t ≥ S − 1), so this rounds like the training path's (c + o) − p_t
+            log_gauss = (pad["offsets"] - (p - centre)).square() * (-0.5 / self.sigma**2)
+        # window = rows start..start+2D of the flattened buffer
+        start = (centre if E == 1 else centre + rows["start"]).view(M)
+        d = pad["values"].size(2) + (0 if pad["keys"] is None else pad["keys"].size(2))
+        total = M * (2 * self.window + 1) * d
+        if total <= STEP_WINDOW_ELEMENTS or total > 4 * M * S:
+            context, weights = self._attend_windows(pad, score_query, start, log_gauss)
+        else:
+            step = -(-M // 4)  # 4 chunks
+            gauss = log_gauss.expand(M, 1, -1)
+            parts = [
+                self._attend_windows(pad, score_query[i : i + step], start[i : i + step],
+                                     gauss[i : i + step])
+                for i in range(0, M, step)
+            ]
+            context, weights = (torch.cat(x) for x in zip(*parts))
+        context = context.view(B, T, -1)
+        if not need_weights:
+            return context, None
+        # back to source positions: window slot w of centre c is row c + w of the padded buffer
+        slots = centre.view(M, 1, 1) + (self.offsets + self.window)
+        dense = weights.new_zeros(M, 1, S + 2 * self.window).scatter_(2, slots, weights)
+        return context, dense.narrow(2, self.window, S).reshape(B, T, S)
+
+    def _attend_windows(
+        self, pad: dict, score_query: torch.Tensor, start: torch.Tensor, log_gauss: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Context (M, 1, d) and window weights (M, 1, W) of M one-step query rows whose windows
+        start at rows ``start`` (M,) of the flattened padded buffers."""
+        values = pad["values"].index_select(0, start)  # (M, W, d)
+        keys = values if pad["keys"] is None else pad["keys"].index_select(0, start)
+        bias = pad["bias"].index_select(0, start)  # (M, 1, W): 0, or −inf outside the sentence
+        scores = self._window_scores(score_query, keys.transpose(1, 2), bias)
+        weights = self._window_weights(scores, log_gauss)
+        return torch.bmm(weights.to(values.dtype), values), weights
+
+    def _decode_single(
+        self, query: torch.Tensor, pad: dict, t: int | None, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One query row of one sentence (dot or general score; greedy search at batch 1), where
+        a step is a few dozen tiny ops that each cost more than their arithmetic: the centre is a
+        Python number, the window a slice of the padded buffer, and the mask is added only when
+        the window leaves the sentence."""
+        W, S = 2 * self.window + 1, pad["values_pad"].size(1) - 2 * self.window
+        score_query, projected = self._queries(query.reshape(1, -1), True)  # (1, d), (1, d_q)
+        last = pad["min_last"]  # the sentence's last position
+        if projected is None:  # local-m: p_t = min(t, S − 1)
+            centre = min(t, last)
+            log_gauss = pad["log_gauss_m"].view(W)
+        else:
+            logit = F.linear(torch.tanh(projected), self.v_p.weight)  # v_pᵀ tanh(W_p h_t)
+            p = float(pad["lengths"] * torch.sigmoid(logit.float()))  # S·σ(·) in float32, E = 1
+            centre = min(int(p), last)
+            # (s − p_t)² as the other paths compute it: o − (p_t − c) is exact in float32 and
+            # is the same real number as (c + o) − p_t, so it rounds the same
+            log_gauss = (pad["offsets"] - (p - centre)).square() * (-0.5 / self.sigma**2)
+        window = pad["values_0"].narrow(0, centre, W)  # (W, d): positions c − D .. c + D
+        keys = window if pad["keys"] is None else pad["keys_0"].narrow(0, centre, W)
+        scores = torch.mm(score_query, keys.t())
+        if not self.window <= centre <= last - self.window:  # the window leaves the sentence
+            bias = pad["bias_0"].narrow(1, centre, W)  # (1, W): −inf outside
+            scores = scores.float() + bias
+        elif scores.dtype != torch.float32:  # autocast
+            scores = scores.float()
+        weights = self._window_weights(scores, log_gauss)  # (1, W)
+        context = torch.mm(weights.to(window.dtype), window).view(1, 1, -1)
+        if not need_weights:
+            return context, None
+        dense = weights.new_zeros(1, S + 2 * self.window)
+        dense.narrow(1, centre, W).copy_(weights)
+        return context, dense.narrow(1, self.window, S).reshape(1, 1, S)
+
+    def _decode_aligned(
+        self, query: torch.Tensor, memory: Memory, pad: dict, t: int, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """local-m's step t when every sentence is longer than t: each query row's window is the
+        slice [t, t+2D] of its entry's padded buffer, a view (no gather); the K rows of a beam
+        that share an entry are one (K, d) × (d, W) product."""
+        B = query.size(0)
+        E, S = memory.mask.shape
+        W = 2 * self.window + 1
+        score_query, _ = self._queries(query, True)
+        score_query = score_query.reshape(E, B // E, -1)  # (E, k, ·)
+        keys = pad["keys_pad"].narrow(1, t, W)  # (E, W, d_k)
+        values = pad["values_pad"].narrow(1, t, W)
+        bias = pad["bias_pad"].narrow(2, t, W)
+        scores = self._window_scores(score_query, keys.transpose(1, 2), bias)
+        weights = self._window_weights(scores, pad["log_gauss_m"])  # (E, k, W)
+        context = torch.bmm(weights.to(values.dtype), values).view(B, 1, -1)
+        if not need_weights:
+            return context, None
+        dense = weights.new_zeros(E, B // E, S + 2 * self.window)
+        dense.narrow(2, t, W).copy_(weights)
+        return context, dense.narrow(2, self.window, S).reshape(B, 1, S)
+
+    def _window_scores(
+        self, score_query: torch.Tensor, keys: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """score(h_t, h̄_s) + mask bias (float32) for N groups of k query rows sharing a window:
+        score_query (N, k, d), keys (N, d_k, W) (a window's keys as columns), bias (N, 1, W)
+        -> (N, k, W)."""
+        if self.score.kind in ("dot", "general"):
+            if score_query.dtype == bias.dtype and not torch.is_autocast_enabled(bias.device.type):
+                return torch.baddbmm(bias, score_query, keys)  # one op: scores and mask
+            return torch.bmm(score_query, keys).float() + bias
+        windows = keys.transpose(1, 2).unsqueeze(1)  # (N, 1, W, d_k)
+        return self.score(score_query, windows).float() + bias  # concat: (N, k, W)
+
+    def _window_weights(self, scores: torch.Tensor, log_gauss: torch.Tensor) -> torch.Tensor:
+        """Eq. 7 inside the window, with eq. 10's Gaussian (log_gauss) as composed."""
+        if self.gaussian and self.composition == "inside":
+            scores = scores + log_gauss
+        weights = torch.softmax(scores, dim=-1)
+        if self.gaussian and self.composition == "paper":
+            weights = weights * log_gauss.exp()  # eq. 10
+        return weights
