@@ -14,7 +14,8 @@ For every S in --sizes, at fixed batch B, size d, target block T and window D, m
     decode      real decoding: greedy and beam search (--beams) of that model over a pre-encoded
                 source, --decode-steps output words per sentence (</s> is never chosen), at each
                 batch size of --decode-batches; reported per output word (search time / words
-                produced, a beam hypothesis's step counting as 1/K of a word) and per step
+                produced, a beam hypothesis's step counting as 1/K of a word) and per step, with
+                the once-per-source attention.prepare() time (not in the per-word time)
 
 (prepare() is inside the tf/feed measures, so global-general's W_a h̄_s is part of its cost.)
 Time: the fastest of several runs, in ms, of the calling thread's CPU time on CPU (with one
@@ -22,7 +23,9 @@ thread the ops run on it; CPU time, unlike wall time, does not count waiting for
 shared machine) or of synchronised wall time on CUDA; the kinds are timed round-robin so that
 load changes hit them alike. Memory: the peak allocated during one call above what was live
 before it, in MB (CPU: allocator events from torch.profiler; CUDA: max_memory_allocated).
-Ratios global/local come from the same run. Prints one JSON line, then a one-line summary.
+Ratios global/local come from the same run. Prints one JSON line, then a one-line summary that
+ends with issue 16's goals (local per-word time <= global's in every decode row; at S = 4000 a
+whole decoder step >= 2x faster and <= 0.3x global's memory per attention step).
 
     python benchmarks/attention_scaling.py                        # CPU, 1 thread
     python benchmarks/attention_scaling.py --device cuda --threads 0
@@ -207,7 +210,7 @@ def decode_workloads(kind: str, S: int, B: int, args, device: torch.device) -> d
     lengths = torch.full((B,), S, dtype=torch.long)
     n = args.decode_steps
     limits = dict(max_len_ratio=0.0, max_len_extra=n, max_len_cap=n)
-    calls = {}
+    calls = {"prepare": lambda: model.decoder.attention.prepare(values, mask)}
     for beam in args.beams:
         if beam == 1:
             calls[beam] = lambda: greedy_search(wrapped, src, lengths, **limits)
@@ -221,6 +224,8 @@ def decode_rows(sizes, args, device) -> list[dict]:
     for S in sizes:
         for B in args.decode_batches:
             loads = {kind: decode_workloads(kind, S, B, args, device) for kind in KINDS}
+            with torch.no_grad():
+                prepare = fastest_ms({k: loads[k]["prepare"] for k in KINDS}, device, 0.0)
             for beam in args.beams:
                 best = fastest_ms({k: loads[k][beam] for k in KINDS}, device, args.min_time,
                                   min_reps=2)
@@ -228,7 +233,8 @@ def decode_rows(sizes, args, device) -> list[dict]:
                 for kind in KINDS:
                     rows.append({"S": S, "kind": kind, "batch": B, "beam": beam,
                                  "step_ms": round(best[kind] / args.decode_steps, 4),
-                                 "word_ms": round(best[kind] / words, 4)})
+                                 "word_ms": round(best[kind] / words, 4),
+                                 "prepare_ms": round(prepare[kind], 4)})
             del loads
     return rows
 
@@ -290,13 +296,14 @@ def main() -> None:
          "word_ms": round(r["word_ms"] / max(dec[(S, B, K, local)]["word_ms"], 1e-9), 2)}
         for (S, B, K, kind), r in dec.items() if kind == "global" for local in KINDS[1:]
     ]
+    goals = issue16_goals(ratios, decode_ratios)
     config = {k: getattr(args, k) for k in ("batch", "dim", "tgt", "window", "score", "vocab")}
     config.update(global_score=args.global_score, device=str(device))
     config.update(threads=torch.get_num_threads(), torch=torch.__version__)
     if decode:
         config.update(decode_steps=args.decode_steps)
     print(json.dumps({"benchmark": "attention_scaling", **config, "rows": rows, "ratios": ratios,
-                      "decode": decoded, "decode_ratios": decode_ratios}))
+                      "decode": decoded, "decode_ratios": decode_ratios, "goals": goals}))
 
     # summary: global/local-p at the largest S <= 4000 (the goal's reference point), and how
     # local-p's first measure moves from the smallest to the largest S
@@ -315,7 +322,30 @@ def main() -> None:
     for r in decode_ratios:
         parts.append(f"decode S={r['S']} B={r['batch']} beam={r['beam']} "
                      f"global/{r['local']} {r['word_ms']}x per word;")
+    for name, goal in goals.items():
+        parts.append(f"goal {name}: {'met' if goal['met'] else 'NOT met'} ({goal['detail']});")
     print(" ".join(parts))
+
+
+def issue16_goals(ratios: list[dict], decode_ratios: list[dict]) -> dict:
+    """Issue 16's goals, for the rows this run measured: per output word local <= global in every
+    decode row with 200 <= S <= 4000; at S = 4000 a whole decoder step (model_step) >= 2x faster and an attention step
+    (step_attn) with <= 0.3x global's memory, for both local kinds."""
+    goals = {}
+    decode_ratios = [r for r in decode_ratios if 200 <= r["S"] <= 4000]  # the goal's range
+    if decode_ratios:
+        slower = [r for r in decode_ratios if r["word_ms"] < 1]
+        detail = ", ".join(f"S={r['S']} B={r['batch']} beam={r['beam']} {r['local']} "
+                           f"{r['word_ms']}x" for r in slower) or f"{len(decode_ratios)} rows"
+        goals["local_word_time_le_global"] = {"met": not slower, "detail": detail}
+    at_4000 = [r for r in ratios if r["S"] == 4000]
+    checks = (("model_step_ms", 2.0, "model_step_4000_ge_2x"),
+              ("step_attn_mb", 1 / 0.3, "step_attn_memory_4000_le_0.3x"))
+    for key, least, name in checks:
+        if at_4000 and key in at_4000[0]:
+            goals[name] = {"met": all(r[key] >= least for r in at_4000),
+                           "detail": ", ".join(f"{r['local']} {r[key]}x" for r in at_4000)}
+    return goals
 
 
 if __name__ == "__main__":
