@@ -59,7 +59,9 @@ weights back, and only when asked for (need_weights=True).
 
 from __future__ import annotations
 
+import array
 import math
+import struct
 
 import torch
 import torch.nn.functional as F
@@ -80,6 +82,11 @@ CHUNK_ELEMENTS = 1 << 20
 # (about three such tensors): a step's temporaries then stay well below global attention's at long
 # S. At short S (2D+1)·d > 4S no chunking could do that, and the windows are gathered at once.
 STEP_WINDOW_ELEMENTS = 1 << 16
+
+
+def _float32(x: float) -> float:
+    """x rounded to the nearest float32 (as a float32 product of exact operands is)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -249,9 +256,9 @@ class LocalAttention(nn.Module):
                 "keys": unfold(keys_pad, keys.size(-1)) if keys is not values else None,
                 "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
                 "log_gauss_m": gauss, "offsets": self.offsets.to(bias.dtype),
-                "lengths": mask.sum(1, keepdim=True).float(),
                 # the first sentence's, for _decode_single
-                "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0]}
+                "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0],
+                "length": int(mask[0].sum())}
 
     def _padded(self, memory: Memory) -> dict:
         """``_pad`` of a memory, once (``prepare`` without autograd stores it already)."""
@@ -456,36 +463,59 @@ class LocalAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One query row of one sentence (dot or general score; greedy search at batch 1), where
         a step is a few dozen tiny ops that each cost more than their arithmetic: the centre is a
-        Python number, the window a slice of the padded buffer, and the mask is added only when
-        the window leaves the sentence."""
-        W, S = 2 * self.window + 1, pad["values_pad"].size(1) - 2 * self.window
-        score_query, projected = self._queries(query.reshape(1, -1), True)  # (1, d), (1, d_q)
+        Python number, the window a slice of the padded buffer, the mask is applied only where
+        the window leaves the sentence, and local-p's 2D+1 weights (softmax and Gaussian) are
+        computed on Python floats, cheaper than five tensor ops on 21 numbers."""
+        D, W = self.window, 2 * self.window + 1
+        S = pad["values_pad"].size(1) - 2 * D
         last = pad["min_last"]  # the sentence's last position
-        if projected is None:  # local-m: p_t = min(t, S − 1)
+        x = query.reshape(1, -1)  # h_t; general: the keys are W_a h̄_s already
+        if self.mode == "local-m":  # p_t = min(t, S − 1)
             centre = min(t, last)
-            log_gauss = pad["log_gauss_m"].view(W)
         else:
-            logit = F.linear(torch.tanh(projected), self.v_p.weight)  # v_pᵀ tanh(W_p h_t)
-            p = float(pad["lengths"] * torch.sigmoid(logit.float()))  # S·σ(·) in float32, E = 1
+            logit = F.linear(torch.tanh(F.linear(x, self.W_p.weight)), self.v_p.weight)
+            # p_t = S·σ(·) as float32 computes it: S·σ is exact in double, then rounded once
+            p = _float32(pad["length"] * float(torch.sigmoid(logit.float())))
             centre = min(int(p), last)
-            # (s − p_t)² as the other paths compute it: o − (p_t − c) is exact in float32 and
-            # is the same real number as (c + o) − p_t, so it rounds the same
-            log_gauss = (pad["offsets"] - (p - centre)).square() * (-0.5 / self.sigma**2)
         window = pad["values_0"].narrow(0, centre, W)  # (W, d): positions c − D .. c + D
         keys = window if pad["keys"] is None else pad["keys_0"].narrow(0, centre, W)
-        scores = torch.mm(score_query, keys.t())
-        if not self.window <= centre <= last - self.window:  # the window leaves the sentence
-            bias = pad["bias_0"].narrow(1, centre, W)  # (1, W): −inf outside
-            scores = scores.float() + bias
-        elif scores.dtype != torch.float32:  # autocast
-            scores = scores.float()
-        weights = self._window_weights(scores, log_gauss)  # (1, W)
+        scores = torch.mm(x, keys.t())
+        inside = D <= centre <= last - D
+        if self.mode == "local-p":
+            w = array.array("f", self._python_weights(scores.tolist()[0], p, centre, last))
+            weights = torch.frombuffer(w, dtype=torch.float32).view(1, W).to(scores.device)
+        else:
+            if not inside:  # −inf where the window leaves the sentence
+                scores = scores.float() + pad["bias_0"].narrow(1, centre, W)
+            weights = self._window_weights(scores.float(), pad["log_gauss_m"].view(W))
         context = torch.mm(weights.to(window.dtype), window).view(1, 1, -1)
         if not need_weights:
             return context, None
-        dense = weights.new_zeros(1, S + 2 * self.window)
+        dense = weights.new_zeros(1, S + 2 * D)
         dense.narrow(1, centre, W).copy_(weights)
-        return context, dense.narrow(1, self.window, S).reshape(1, 1, S)
+        return context, dense.narrow(1, D, S).reshape(1, 1, S)
+
+    def _python_weights(self, scores: list[float], p: float, centre: int, last: int) -> list[float]:
+        """local-p's weights of one window (eq. 7 and 10) in double precision from its scores:
+        slots outside the sentence (position < 0 or > last) get 0, as exp(−inf) does."""
+        D = self.window
+        lo, hi = max(0, D - centre), min(2 * D + 1, last - centre + D + 1)  # slots inside
+        k, shift = -0.5 / self.sigma**2, centre - D - p  # slot j is at distance j + shift from p_t
+        log_gauss = [k * (j + shift) ** 2 for j in range(lo, hi)]
+        exp = math.exp
+        if self.composition == "inside":
+            inside = [s + g for s, g in zip(scores[lo:hi], log_gauss)]
+            top = max(inside)
+            e = [exp(s - top) for s in inside]
+            z = sum(e)
+            w = [a / z for a in e]
+        else:  # paper: softmax over the window, times the Gaussian
+            inside = scores[lo:hi]
+            top = max(inside)
+            e = [exp(s - top) for s in inside]
+            z = sum(e)
+            w = [a / z * exp(g) for a, g in zip(e, log_gauss)]
+        return [0.0] * lo + w + [0.0] * (2 * D + 1 - hi)
 
     def _decode_aligned(
         self, query: torch.Tensor, memory: Memory, pad: dict, t: int, need_weights: bool
