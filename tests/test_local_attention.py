@@ -97,8 +97,9 @@ def test_decoding_step_equals_the_training_path(monkeypatch, mode, sigma, compos
     positions = torch.arange(12)
     ref_context, ref_dense = _training_path(att, query, values.nan_to_num(), mask, positions)
     for chunked in (False, True):
-        if chunked:
+        if chunked:  # every step's windows in chunks (one row per chunk at batch 3)
             monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 1)
+            monkeypatch.setattr(local_attention, "STEP_CHUNKS", 1000)
         with torch.no_grad():
             memory = att.prepare(values, mask)
             context, dense = att(query, memory, positions, need_weights=True)

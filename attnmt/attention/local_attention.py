@@ -78,10 +78,12 @@ COMPOSITIONS = ("paper", "inside")
 # temporary gathered window elements (rows × (2D+1) × d) per chunk with autograd: 4 MB in float32
 CHUNK_ELEMENTS = 1 << 20
 # decoding: a step gathers up to this many window elements at once (256 KB in float32); beyond it,
-# in 4 chunks when that keeps each below the B×T×S scores a step of global attention allocates
-# (about three such tensors): a step's temporaries then stay well below global attention's at long
-# S. At short S (2D+1)·d > 4S no chunking could do that, and the windows are gathered at once.
+# at long S, in up to 8 chunks of at most a quarter of the B×T×S scores a step of global attention
+# allocates (it allocates about three such tensors), so a step's temporaries stay well below global
+# attention's. At short S (keys and values of a window longer than 8 S) chunks could not do that,
+# and the windows are gathered at once rather than in many small products.
 STEP_WINDOW_ELEMENTS = 1 << 16
+STEP_CHUNKS = 8
 
 
 def _float32(x: float) -> float:
@@ -427,10 +429,10 @@ class LocalAttention(nn.Module):
         start = (centre if E == 1 else centre + rows["start"]).view(M)
         d = pad["values"].size(2) + (0 if pad["keys"] is None else pad["keys"].size(2))
         total = M * (2 * self.window + 1) * d
-        if total <= STEP_WINDOW_ELEMENTS or total > 4 * M * S:
+        if total <= STEP_WINDOW_ELEMENTS or total > STEP_CHUNKS * M * S:
             context, weights = self._attend_windows(pad, score_query, start, log_gauss)
-        else:
-            step = -(-M // 4)  # 4 chunks
+        else:  # chunks of at most a quarter of global's B×S scores, or STEP_CHUNKS chunks
+            step = -(-M // min(STEP_CHUNKS, -(-4 * total // (M * S))))
             gauss = log_gauss.expand(M, 1, -1)
             parts = [
                 self._attend_windows(pad, score_query[i : i + step], start[i : i + step],
