@@ -78,12 +78,12 @@ COMPOSITIONS = ("paper", "inside")
 # temporary gathered window elements (rows × (2D+1) × d) per chunk with autograd: 4 MB in float32
 CHUNK_ELEMENTS = 1 << 20
 # decoding: a step gathers up to this many window elements at once (256 KB in float32); beyond it,
-# at long S, in up to 8 chunks of at most a quarter of the B×T×S scores a step of global attention
-# allocates (it allocates about three such tensors), so a step's temporaries stay well below global
-# attention's. At short S (keys and values of a window longer than 8 S) chunks could not do that,
-# and the windows are gathered at once rather than in many small products.
+# at long S, in STEP_CHUNKS chunks, each then smaller than one of the B×T×S score tensors a step of
+# global attention allocates (it allocates about three): a step's temporaries stay well below
+# global attention's. At short S ((2D+1)·d > STEP_CHUNKS·S) chunks could not do that, and the
+# windows are gathered at once rather than in many small products.
 STEP_WINDOW_ELEMENTS = 1 << 16
-STEP_CHUNKS = 8
+STEP_CHUNKS = 4
 
 
 def _float32(x: float) -> float:
@@ -427,12 +427,12 @@ class LocalAttention(nn.Module):
             log_gauss = (pad["offsets"] - (p - centre)).square() * (-0.5 / self.sigma**2)
         # window = rows start..start+2D of the flattened buffer
         start = (centre if E == 1 else centre + rows["start"]).view(M)
-        d = pad["values"].size(2) + (0 if pad["keys"] is None else pad["keys"].size(2))
-        total = M * (2 * self.window + 1) * d
-        if total <= STEP_WINDOW_ELEMENTS or total > STEP_CHUNKS * M * S:
+        d = max(pad["values"].size(2), 0 if pad["keys"] is None else pad["keys"].size(2))
+        gathered = M * (2 * self.window + 1) * d  # one window tensor (keys and values in turn)
+        if gathered <= STEP_WINDOW_ELEMENTS or gathered > STEP_CHUNKS * M * S:
             context, weights = self._attend_windows(pad, score_query, start, log_gauss)
-        else:  # chunks of at most a quarter of global's B×S scores, or STEP_CHUNKS chunks
-            step = -(-M // min(STEP_CHUNKS, -(-4 * total // (M * S))))
+        else:  # long S: STEP_CHUNKS chunks, each below one B×S score tensor of global's
+            step = -(-M // STEP_CHUNKS)
             gauss = log_gauss.expand(M, 1, -1)
             parts = [
                 self._attend_windows(pad, score_query[i : i + step], start[i : i + step],
@@ -453,10 +453,14 @@ class LocalAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Context (M, 1, d) and window weights (M, 1, W) of M one-step query rows whose windows
         start at rows ``start`` (M,) of the flattened padded buffers."""
-        values = pad["values"].index_select(0, start)  # (M, W, d)
-        keys = values if pad["keys"] is None else pad["keys"].index_select(0, start)
+        keys = pad["values" if pad["keys"] is None else "keys"].index_select(0, start)  # (M, W, d)
         bias = pad["bias"].index_select(0, start)  # (M, 1, W): 0, or −inf outside the sentence
         scores = self._window_scores(score_query, keys.transpose(1, 2), bias)
+        if pad["keys"] is not None:  # keys ≠ values: one window tensor alive at a time
+            del keys
+            values = pad["values"].index_select(0, start)
+        else:
+            values = keys
         weights = self._window_weights(scores, log_gauss)
         return torch.bmm(weights.to(values.dtype), values), weights
 
