@@ -257,7 +257,8 @@ class LocalAttention(nn.Module):
                 "values": unfold(values_pad, values.size(-1)),
                 "keys": unfold(keys_pad, keys.size(-1)) if keys is not values else None,
                 "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
-                "log_gauss_m": gauss, "offsets": self.offsets.to(bias.dtype),
+                "log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
+                "offsets": self.offsets.to(bias.dtype),
                 # the first sentence's, for _decode_single
                 "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0],
                 "length": int(mask[0].sum())}
@@ -493,7 +494,7 @@ class LocalAttention(nn.Module):
         else:
             if not inside:  # −inf where the window leaves the sentence
                 scores = scores.float() + pad["bias_0"].narrow(1, centre, W)
-            weights = self._window_weights(scores.float(), pad["log_gauss_m"].view(W))
+            weights = self._window_weights(scores.float(), pad["log_gauss_row"])  # (1, W)
         context = torch.mm(weights.to(window.dtype), window).view(1, 1, -1)
         if not need_weights:
             return context, None
