@@ -131,11 +131,12 @@ class LuongDecoder(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
         """``forward`` for one step of an input-feeding decoder in eval mode without autograd:
         y_prev (B,) -> logits (B, V), the new state, a_t (B, S) or None. Each layer is one
-        product with packed weights (layer 1: [emb(y); h̃_{t-1}; h¹_{t-1}] at once)."""
+        product with packed weights (layer 1: [h̃_{t-1}; h¹_{t-1}] plus the word's row of the
+        embedding-gate table, or [emb(y); h̃_{t-1}; h¹_{t-1}] at once without the table)."""
         layers, emb_gates, W_c, W_s = self._inference_weights()
-        if emb_gates is not None:  # layer 1's embedding half and bias: one row of a table per word
-            x = state["feed"]
-            first = emb_gates.index_select(0, y_prev)
+        looked_up = None  # layer 1's embedding half and bias, one table row per word
+        if emb_gates is not None:
+            x, looked_up = state["feed"], emb_gates.index_select(0, y_prev)
         else:
             x = torch.cat([self.embedding(y_prev), state["feed"]], dim=1)
         hs, cs = [], []
@@ -144,7 +145,10 @@ class LuongDecoder(nn.Module):
         # of the g gate and of W_c is folded into their packed weights
         for layer, (w, b) in enumerate(layers):
             inp = torch.cat([x, state["h"][:, layer]], dim=1)
-            z = packed.linear_add(inp, w, first) if layer == 0 and emb_gates is not None else packed.linear(inp, w, b)
+            if looked_up is not None:  # layer 1 with the table (its bias is in the table)
+                z, looked_up = packed.linear_add(inp, w, looked_up), None
+            else:
+                z = packed.linear(inp, w, b)
             act = torch.sigmoid(z)
             g = act[:, 2 * H : 3 * H].mul(2).sub_(1)
             c = torch.addcmul(act[:, H : 2 * H] * state["c"][:, layer], act[:, :H], g)
