@@ -119,8 +119,10 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: bool = True  # mixed precision where it helps (CUDA only)
     threads: int = 0  # CPU threads, 0 = torch's default
-    row_groups: int = 0  # CPU: each batch as this many groups of rows at once, one thread each
-    #                      (train/row_groups.py); 0 = auto (one per thread from hidden 512), 1 = off
+    row_groups: int = 0  # CPU: each batch as this many groups of rows at once, one thread each;
+    #                      0 = auto (one per thread from hidden 256 with processes, 512 with threads), 1 = off
+    row_workers: str = "processes"  # processes (train/row_processes.py; where fork exists, else
+    #                                 threads) | threads (train/row_groups.py)
     log_every: int = 50
 
 
@@ -166,6 +168,7 @@ CHOICES = {
     "train.batch_by": ("sents", "tokens"),
     "train.loss_norm": ("sents", "tokens"),
     "train.schedule": ("rsqrt", "constant", "linear"),
+    "train.row_workers": ("processes", "threads"),
     "ngram.mode": ("residual", "interp"),
 }
 # the Transformer attention kinds a task's model has

@@ -31,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int, row_groups: int) -> dict:
+def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int, row_groups: int,
+            processes: int = 1) -> dict:
     import sentencepiece as spm
     import torch
 
@@ -41,6 +42,7 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
     from attnmt.data.vocab import SPECIALS
     from attnmt.models.seq2seq import Seq2Seq
     from attnmt.train.row_groups import grouped_backward, groups_for
+    from attnmt.train.row_processes import RowProcesses
 
     torch.set_num_threads(threads)
     cfg = load_config(str(ROOT / "configs" / "race-lstm.yaml"))
@@ -58,9 +60,15 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
     batches = list(iterate_batches(src, tgt, make_batches(src, tgt, 64, seed=1)[: updates + 3]))
 
     smoothing = cfg.train.label_smoothing
+    workers = RowProcesses(model, processes - 1) if processes > 1 else None
 
     def update(b) -> int:
         opt.zero_grad(set_to_none=True)
+        if workers is not None:
+            workers.backward(b, 1.0 / b.target_tokens, smoothing)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.clip)
+            opt.step()
+            return b.target_tokens
         groups = groups_for(row_groups, b.src.size(0), torch.get_num_threads(), hidden)
         if groups > 1:
             grouped_backward(model, b, groups, 1.0 / b.target_tokens, smoothing)
@@ -77,7 +85,9 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
     for b in batches[3:]:
         pieces += update(b)
     took = time.perf_counter() - start
-    return {"hidden": hidden, "threads": threads, "row_groups": row_groups, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
+    if workers is not None:
+        workers.close()
+    return {"hidden": hidden, "threads": threads, "row_groups": row_groups, "processes": processes, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
             "s_per_update": round(took / (len(batches) - 3), 4), "attnmt": str(Path(attnmt.__file__).parent)}
 
 
@@ -88,6 +98,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--row-groups", type=int, default=0, help="train.row_groups (0 auto, 1 off)")
+    ap.add_argument("--processes", type=int, default=1, help="train.row_processes: rows split over this many processes")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes, one after the other")
     ap.add_argument("--sentences", type=int, default=12000, help="first N training pairs to batch")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -98,7 +109,8 @@ def main() -> None:
             print(f"train_updates: {data / name}: missing (run benchmarks/peer_race.py first)", file=sys.stderr)
             sys.exit(2)
     if args.child:
-        print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences, args.row_groups)))
+        print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences, args.row_groups,
+                                    args.processes)))
         return
     rates = []
     for _ in range(args.runs):
@@ -110,7 +122,7 @@ def main() -> None:
         record = json.loads(out.stdout.strip().splitlines()[-1])
         print(json.dumps(record), flush=True)
         rates.append(record["tgt_tok_s"])
-    print(f"hidden {args.hidden}, {args.threads} threads, row_groups {args.row_groups}, {args.runs} runs: median {statistics.median(rates):.0f} "
+    print(f"hidden {args.hidden}, {args.threads} threads, row_groups {args.row_groups}, processes {args.processes}, {args.runs} runs: median {statistics.median(rates):.0f} "
           f"target pieces/s (min {min(rates):.0f}, max {max(rates):.0f})")
 
 

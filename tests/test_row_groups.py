@@ -31,6 +31,7 @@ def test_split_rows_deals_by_target_length_and_trims_padding():
             assert p.src[i, :n].tolist() == b.src[row, :n].tolist()
     assert group_count(64, 2) == 2 and group_count(20, 2) == 1 and group_count(64, 1) == 1
     assert groups_for(0, 64, 2, 512) == 2 and groups_for(0, 64, 2, 256) == 1  # auto
+    assert groups_for(0, 64, 2, 256, "processes") == 2 and groups_for(0, 64, 2, 128, "processes") == 1
     assert groups_for(1, 64, 2, 512) == 1 and groups_for(2, 64, 2, 256) == 2 and groups_for(4, 64, 2, 512) == 2
 
 
@@ -65,7 +66,8 @@ def test_trainer_runs_row_groups_on_cpu_and_keeps_the_update(tiny_corpus, tmp_pa
 
     monkeypatch.setattr(row_groups, "MIN_GROUP_ROWS", 2)
     threads = torch.get_num_threads()
-    cfg = load_config(tiny_corpus.config, ["model.dropout=0.0", "model.layers=2", "train.threads=2"])
+    cfg = load_config(tiny_corpus.config, ["model.dropout=0.0", "model.layers=2", "train.threads=2",
+                                           "train.row_workers=threads"])
     trainer = Trainer(cfg, tmp_path / "run")
     try:
         torch.set_num_threads(2)

@@ -5,7 +5,9 @@ split of its rows. On a 2-core CPU, two 1-thread passes over 32 sentences each u
 than one 2-thread pass over 64: the LSTM steps' 64-row products split poorly across two threads,
 and the element-wise ops between them use one thread either way. Measured in separate processes
 (docs/results/race.md): about +4 % target pieces/s at hidden 512 (six pairs, −0.9 to +11 %), no gain
-at 256, so the automatic setting (``train.row_groups: 0``) uses it from hidden 512 on.
+at 256, so the automatic setting (``train.row_groups: 0``) uses threads from hidden 512 on. Where
+the OS can fork, the trainer runs the groups as processes instead (train/row_processes.py), which
+gain at 256 too (``train.row_workers``).
 
 Rows are dealt to the groups in order of target length (longest to group 0, next to group 1, ...),
 so the groups have about the same work, and each group is trimmed to its own longest sentence.
@@ -27,8 +29,9 @@ MIN_GROUP_ROWS = 16
 _pool: ThreadPoolExecutor | None = None
 
 
-# below this hidden size the automatic setting keeps one pass: measured neutral at 256, ~+4 % at 512
-AUTO_MIN_HIDDEN = 512
+# below these hidden sizes the automatic setting keeps one pass. Threads: neutral at 256, ~+4 % at
+# 512; processes: ~+15 % at 256, ~+2 % over threads at 512 (docs/results/race.md)
+AUTO_MIN_HIDDEN = {"threads": 512, "processes": 256}
 
 
 def group_count(rows: int, threads: int) -> int:
@@ -36,10 +39,10 @@ def group_count(rows: int, threads: int) -> int:
     return max(1, min(threads, rows // MIN_GROUP_ROWS))
 
 
-def groups_for(setting: int, rows: int, threads: int, hidden: int) -> int:
+def groups_for(setting: int, rows: int, threads: int, hidden: int, workers: str = "threads") -> int:
     """``train.row_groups`` resolved for a batch: 1 = off; n > 1: up to n; 0 (auto): one per
-    thread for models with hidden ≥ AUTO_MIN_HIDDEN."""
-    if setting == 1 or (setting == 0 and hidden < AUTO_MIN_HIDDEN):
+    thread for models with hidden ≥ AUTO_MIN_HIDDEN[workers]."""
+    if setting == 1 or (setting == 0 and hidden < AUTO_MIN_HIDDEN[workers]):
         return 1
     return group_count(rows, min(threads, setting) if setting else threads)
 

@@ -44,7 +44,8 @@ from attnmt.runs.checkpoint import (
 )
 from attnmt.runs.device import resolve_device
 from attnmt.train.data import TaskData, prepare_data
-from attnmt.train.row_groups import grouped_backward, groups_for
+from attnmt.train.row_groups import MIN_GROUP_ROWS, grouped_backward, groups_for
+from attnmt.train.row_processes import RowProcesses, supported as row_processes_supported
 
 
 # -- devices and processes ----------------------------------------------------------------------
@@ -176,6 +177,9 @@ class Trainer:
         # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
         # would skip their own forward.
         self.fused_loss = getattr(type(self.model), "token_loss", None) is not None
+        want = t.row_workers == "processes" and self.device.type == "cpu"
+        self.row_workers = "processes" if want and row_processes_supported(self.model) else "threads"
+        self.row_processes: RowProcesses | None = None  # started by train(), see _start_row_processes
         self.ddp = self.model
         if self.dist.world > 1:  # DDP synchronises the gradients of what its forward runs
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -280,7 +284,11 @@ class Trainer:
             # row groups bypass DDP's forward, so they run in a single process only
             groups = self._row_groups(batch) if self.fused_loss and self.dist.world == 1 else 1
             if groups > 1:  # CPU: groups of rows at once, one thread each (train/row_groups.py)
-                total_loss += grouped_backward(self.model, batch, groups, 1.0 / norm, t.label_smoothing)
+                rows = self._start_row_processes()
+                if rows is not None:  # ... each in its own process (train/row_processes.py)
+                    total_loss += rows.backward(batch, 1.0 / norm, t.label_smoothing, groups)
+                else:
+                    total_loss += grouped_backward(self.model, batch, groups, 1.0 / norm, t.label_smoothing)
                 total_tokens += loss_units(self.model, batch)
                 continue
             sync = self.ddp.no_sync if (self.dist.world > 1 and i < len(batches) - 1) else nullcontext
@@ -308,7 +316,27 @@ class Trainer:
         if self.device.type != "cpu":
             return 1
         hidden = getattr(self.cfg.model, "hidden", 0)
-        return groups_for(self.cfg.train.row_groups, batch.src.size(0), torch.get_num_threads(), hidden)
+        return groups_for(self.cfg.train.row_groups, batch.src.size(0), torch.get_num_threads(), hidden,
+                          self.row_workers)
+
+    def _start_row_processes(self) -> RowProcesses | None:
+        """The worker processes of train.row_workers = processes, forked on first use (train()
+        asks before it starts any thread: a fork copies only the calling one); None where row
+        groups run on threads or not at all."""
+        if self.row_processes is None and self.row_workers == "processes" and self.fused_loss \
+                and self.dist.world == 1:
+            threads = torch.get_num_threads()
+            hidden = getattr(self.cfg.model, "hidden", 0)
+            parts = groups_for(self.cfg.train.row_groups, MIN_GROUP_ROWS * threads, threads, hidden, "processes")
+            if parts > 1:
+                self.row_processes = RowProcesses(self.model, parts - 1)
+        return self.row_processes
+
+    def close(self) -> None:
+        """Stop the row processes, if any (train() does this when it returns)."""
+        if self.row_processes is not None:
+            self.row_processes.close()
+            self.row_processes = None
 
     def _progress(self) -> float:
         """The spent fraction of the training budget: the largest of steps / max_steps,
@@ -338,6 +366,13 @@ class Trainer:
         return bool(x.item() > 0)
 
     def train(self) -> dict:
+        self._start_row_processes()
+        try:
+            return self._train()
+        finally:
+            self.close()
+
+    def _train(self) -> dict:
         t = self.cfg.train
         self._install_signal_handlers()
         for note in self.data.notes:

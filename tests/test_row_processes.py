@@ -1,0 +1,150 @@
+"""A batch's rows split between this process and forked workers (train/row_processes.py): the
+gradient of one pass over the whole batch, the parent's updates seen by the workers, failures
+reported, and the trainer using it on CPU when train.row_workers = processes."""
+
+import copy
+import os
+import signal
+
+import pytest
+import torch
+
+from attnmt.config import ModelConfig
+from attnmt.data.batching import collate
+from attnmt.models.seq2seq import Seq2Seq
+from attnmt.train.row_processes import RowProcesses, supported
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+def _model():
+    torch.manual_seed(1)
+    cfg = ModelConfig(layers=2, hidden=12, embed=8, attention="global", score="general", input_feed=True,
+                      dropout=0.0)
+    return Seq2Seq(cfg, 20, 18, init_uniform=0.3).train()
+
+
+def _batch(rows=6, bad_shortest=False):
+    g = torch.Generator().manual_seed(0)
+    src = [torch.randint(4, 20, (n,), generator=g).tolist() for n in (5, 2, 7, 3, 6, 4)[:rows]]
+    tgt = [torch.randint(4, 18, (n,), generator=g).tolist() for n in (3, 8, 2, 6, 1, 5)[:rows]]
+    if bad_shortest:  # the shortest target goes to the last part: a worker's
+        tgt[4] = [99]
+    return collate(src, tgt, list(range(rows)))
+
+
+def _one_pass(model, b, scale):
+    model.zero_grad(set_to_none=True)
+    loss = model.token_loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, 0.1)
+    (loss * scale).backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_split_over_processes_equals_one_pass_and_sees_updates(workers):
+    model = _model()
+    b = _batch()
+    want_loss, want = _one_pass(model, b, 0.25)
+    threads = torch.get_num_threads()
+    with RowProcesses(model, workers) as rows:
+        assert rows.parts == workers + 1 and all(p.is_alive() for p in rows.procs)
+        model.zero_grad(set_to_none=True)
+        loss = rows.backward(b, 0.25, 0.1)
+        assert torch.get_num_threads() == threads
+        assert abs(loss - want_loss) < 1e-4
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, want[n], atol=1e-6, rtol=0, msg=n)
+        # an in-place update here (as the optimizer's) is what the workers compute with next
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.9)
+        want_loss, want = _one_pass(model, b, 0.25)
+        model.zero_grad(set_to_none=True)
+        assert abs(rows.backward(b, 0.25, 0.1) - want_loss) < 1e-4
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, want[n], atol=1e-6, rtol=0, msg=n)
+        # fewer parts than processes (a small batch): the idle worker's gradient is not added
+        model.zero_grad(set_to_none=True)
+        small = _batch(rows=2)
+        loss = rows.backward(small, 1.0, 0.1, parts=2)
+        want_loss, want = _one_pass(model, small, 1.0)
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, want[n], atol=1e-6, rtol=0, msg=n)
+        procs = list(rows.procs)
+    for proc in procs:
+        assert not proc.is_alive() and proc.exitcode == 0
+
+
+def test_a_failing_worker_is_reported_and_the_rest_keeps_working():
+    model = _model()
+    with RowProcesses(model, 1) as rows:
+        with pytest.raises(RuntimeError, match="row process 1 failed: IndexError"):
+            rows.backward(_batch(bad_shortest=True), 1.0, 0.1)
+        model.zero_grad(set_to_none=True)
+        b = _batch()
+        loss = rows.backward(b, 1.0, 0.1)
+        assert abs(loss - _one_pass(model, b, 1.0)[0]) < 1e-4
+
+
+def test_a_dead_worker_is_a_clear_error():
+    model = _model()
+    with RowProcesses(model, 1) as rows:
+        os.kill(rows.procs[0].pid, signal.SIGKILL)
+        rows.procs[0].join(5)
+        with pytest.raises(RuntimeError, match=r"row process 1 stopped \(exit code -9\)"):
+            rows.backward(_batch(), 1.0, 0.1)
+
+
+def test_only_float32_cpu_models_with_a_token_loss():
+    assert supported(_model())
+    assert not supported(_model().double())
+    with pytest.raises(ValueError, match="row processes"):
+        RowProcesses(_model().double(), 1)
+
+
+def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path, monkeypatch):
+    from attnmt.config import load_config
+    from attnmt.train import row_groups
+    from attnmt.train.training import Trainer
+
+    monkeypatch.setattr(row_groups, "MIN_GROUP_ROWS", 2)
+    threads = torch.get_num_threads()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    cfg = load_config(tiny_corpus.config, ["model.dropout=0.0", "model.layers=2", "train.threads=2",
+                                           "train.row_groups=2", "train.max_steps=3"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    try:
+        assert trainer.row_workers == "processes"
+        vs, vt = len(trainer.data.src_tok), len(trainer.data.tgt_tok)
+        g = torch.Generator().manual_seed(3)
+        src = [torch.randint(4, vs, (n,), generator=g).tolist() for n in (4, 6, 2, 5, 3)]
+        tgt = [torch.randint(4, vt, (n,), generator=g).tolist() for n in (5, 2, 7, 3, 4)]
+        batches = [collate(src, tgt, list(range(5)))]
+        model0 = copy.deepcopy(trainer.model.state_dict())
+        opt0 = copy.deepcopy(trainer.optimizer.state_dict())
+
+        def one_step(groups):
+            trainer.cfg.train.row_groups = groups
+            trainer.model.load_state_dict(model0)
+            trainer.optimizer.load_state_dict(opt0)
+            trainer.step = 0
+            loss, tokens = trainer.train_step(batches)
+            return loss, tokens, {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+        got = one_step(2)
+        rows = trainer.row_processes
+        assert rows is not None and rows.parts == 2
+        want = one_step(1)
+        assert got[1] == want[1] and abs(got[0] - want[0]) < 1e-4 * abs(want[0])
+        for name in want[2]:
+            torch.testing.assert_close(got[2][name], want[2][name], atol=1e-5, rtol=0, msg=name)
+        trainer.cfg.train.row_groups = 2
+        trainer.step = 0
+        summary = trainer.train()  # the whole loop, checkpoints included; stops its processes
+        assert summary["step"] == 3 and trainer.row_processes is None
+        assert not any(p.is_alive() for p in rows.procs)
+    finally:
+        trainer.close()
+        torch.set_num_threads(threads)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
