@@ -148,3 +148,38 @@ def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path,
         torch.set_num_threads(threads)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_workers_exit_when_their_parent_is_killed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, signal, sys, torch\n"
+        "from attnmt.config import ModelConfig\n"
+        "from attnmt.models.seq2seq import Seq2Seq\n"
+        "from attnmt.train.row_processes import RowProcesses\n"
+        "cfg = ModelConfig(layers=1, hidden=8, embed=8, attention='global', score='dot', dropout=0.0)\n"
+        "rows = RowProcesses(Seq2Seq(cfg, 20, 18), 2)\n"
+        "print(' '.join(str(p.pid) for p in rows.procs), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGKILL
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2
+
+    def running(pid):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 20
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(running(p) for p in pids)

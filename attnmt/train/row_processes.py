@@ -91,7 +91,10 @@ class RowProcesses:
         try:
             for k in range(workers):
                 ours, theirs = ctx.Pipe()
-                proc = ctx.Process(target=_serve, args=(model, self.params, self.grads[k], theirs),
+                # the child closes the parent ends it inherits (its own too): when the parent dies,
+                # its pipe reads end of file and it exits instead of waiting forever
+                proc = ctx.Process(target=_serve, args=(model, self.params, self.grads[k], theirs,
+                                                        [*self.conns, ours]),
                                    name=f"attnmt-rows-{k + 1}", daemon=True)
                 proc.start()
                 theirs.close()
@@ -172,8 +175,11 @@ class RowProcesses:
         self.close()
 
 
-def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch.Tensor], conn) -> None:
+def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch.Tensor], conn,
+           parent_ends: list) -> None:
     """A worker: for every message, its part's loss and gradient (into ``grads``), then the loss."""
+    for end in parent_ends:
+        end.close()
     # Ctrl-C and SIGTERM go to the whole process group; the parent decides when training stops
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
