@@ -115,6 +115,10 @@ def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path,
     trainer = Trainer(cfg, tmp_path / "run")
     try:
         assert trainer.row_workers == "processes"
+        batch_size = trainer.cfg.train.batch_size
+        trainer.cfg.train.batch_size = 3  # no batch can have two groups of MIN_GROUP_ROWS = 2
+        assert trainer._start_row_processes() is None
+        trainer.cfg.train.batch_size = batch_size
         vs, vt = len(trainer.data.src_tok), len(trainer.data.tgt_tok)
         g = torch.Generator().manual_seed(3)
         src = [torch.randint(4, vs, (n,), generator=g).tolist() for n in (4, 6, 2, 5, 3)]

@@ -1,8 +1,8 @@
 """One batch's forward and backward split between this process and forked worker processes.
 
 The same split as train/row_groups.py (rows dealt by target length, each part trimmed to its
-own longest sentence, gradients summed), but each part runs in its own process on one CPU
-thread instead of a thread of this one. Threads share one interpreter, and an LSTM's step loops
+own longest sentence, gradients summed), but each part runs in its own process (on its share of
+the threads: one each on 2 cores) instead of a thread of this one. Threads share one interpreter, and an LSTM's step loops
 are many small tensor ops, each holding the GIL for a while; processes don't wait for each
 other. Measured on 2 cores (docs/results/race.md): two processes of 32 rows on one thread each
 train faster than 64 rows on two threads, where two threads of one process do not.
@@ -60,7 +60,8 @@ def supported(model: torch.nn.Module) -> bool:
 
 
 class RowProcesses:
-    """``workers`` forked processes that each take one part of every batch.
+    """``workers`` forked processes that each take one part of every batch, each on its share of
+    this process's threads (``torch.get_num_threads() // (workers + 1)``).
 
     Call :meth:`backward` instead of ``(model.token_loss(batch) * scale).backward()``, and
     :meth:`close` when training ends (or use it as a context manager). Create it after the model's
@@ -86,6 +87,7 @@ class RowProcesses:
             self.grads.append(_views(flat, self.params))
         self.conns, self.procs = [], []
         ctx = multiprocessing.get_context("fork")
+        threads_each = max(1, torch.get_num_threads() // (workers + 1))  # as this process's share
         gc.collect()
         gc.freeze()  # the children's garbage collector won't copy every page it touches
         try:
@@ -94,7 +96,7 @@ class RowProcesses:
                 # the child closes the parent ends it inherits (its own too): when the parent dies,
                 # its pipe reads end of file and it exits instead of waiting forever
                 proc = ctx.Process(target=_serve, args=(model, self.params, self.grads[k], theirs,
-                                                        [*self.conns, ours]),
+                                                        [*self.conns, ours], threads_each),
                                    name=f"attnmt-rows-{k + 1}", daemon=True)
                 proc.start()
                 theirs.close()
@@ -176,14 +178,14 @@ class RowProcesses:
 
 
 def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch.Tensor], conn,
-           parent_ends: list) -> None:
+           parent_ends: list, threads: int) -> None:
     """A worker: for every message, its part's loss and gradient (into ``grads``), then the loss."""
     for end in parent_ends:
         end.close()
     # Ctrl-C and SIGTERM go to the whole process group; the parent decides when training stops
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     loss_of = type(model).token_loss
     while True:
         try:

@@ -44,7 +44,7 @@ from attnmt.runs.checkpoint import (
 )
 from attnmt.runs.device import resolve_device
 from attnmt.train.data import TaskData, prepare_data
-from attnmt.train.row_groups import MIN_GROUP_ROWS, grouped_backward, groups_for
+from attnmt.train.row_groups import grouped_backward, groups_for
 from attnmt.train.row_processes import RowProcesses, supported as row_processes_supported
 
 
@@ -325,9 +325,11 @@ class Trainer:
         groups run on threads or not at all."""
         if self.row_processes is None and self.row_workers == "processes" and self.fused_loss \
                 and self.dist.world == 1:
-            threads = torch.get_num_threads()
+            # as many as the largest batch can use (train.batch_size bounds its rows, sentences
+            # or tokens), not one per thread of a many-core machine
+            t, threads = self.cfg.train, torch.get_num_threads()
             hidden = getattr(self.cfg.model, "hidden", 0)
-            parts = groups_for(self.cfg.train.row_groups, MIN_GROUP_ROWS * threads, threads, hidden, "processes")
+            parts = groups_for(t.row_groups, t.batch_size * t.accumulate, threads, hidden, "processes")
             if parts > 1:
                 self.row_processes = RowProcesses(self.model, parts - 1)
         return self.row_processes
