@@ -121,8 +121,8 @@ class TrainConfig:
     threads: int = 0  # CPU threads, 0 = torch's default
     row_groups: int = 0  # CPU: each batch as this many groups of rows at once, one thread each;
     #                      0 = auto (one per thread from hidden 256 with processes, 512 with threads), 1 = off
-    row_workers: str = "processes"  # processes (train/row_processes.py; where fork exists, else
-    #                                 threads) | threads (train/row_groups.py)
+    row_workers: str = "processes"  # processes (train/row_processes.py; Linux only, else threads)
+    #                                 | threads (train/row_groups.py)
     log_every: int = 50
 
 

@@ -5,6 +5,7 @@ reported, and the trainer using it on CPU when train.row_workers = processes."""
 import copy
 import os
 import signal
+import sys
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from attnmt.data.batching import collate
 from attnmt.models.seq2seq import Seq2Seq
 from attnmt.train.row_processes import RowProcesses, supported
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="row processes: Linux only")
 
 
 def _model():

@@ -5,8 +5,8 @@ split of its rows. On a 2-core CPU, two 1-thread passes over 32 sentences each u
 than one 2-thread pass over 64: the LSTM steps' 64-row products split poorly across two threads,
 and the element-wise ops between them use one thread either way. Measured in separate processes
 (docs/results/race.md): about +4 % target pieces/s at hidden 512 (six pairs, −0.9 to +11 %), no gain
-at 256, so the automatic setting (``train.row_groups: 0``) uses threads from hidden 512 on. Where
-the OS can fork, the trainer runs the groups as processes instead (train/row_processes.py), which
+at 256, so the automatic setting (``train.row_groups: 0``) uses threads from hidden 512 on. On
+Linux the trainer runs the groups as processes instead (train/row_processes.py), which
 gain at 256 too (``train.row_workers``).
 
 Rows are dealt to the groups in order of target length (longest to group 0, next to group 1, ...),

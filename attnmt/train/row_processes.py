@@ -16,7 +16,7 @@ loss scale and a dropout seed drawn from this process's generator (so a run stay
 and resumable from its checkpointed RNG state).
 
 Only for the plain CPU case: a model whose class defines ``token_loss`` (Seq2Seq), one process
-(no DDP), parameters and gradients in float32 on the CPU, and an OS that can fork.
+(no DDP), parameters and gradients in float32 on the CPU, and Linux (fork).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import mmap
 import multiprocessing
 import os
 import signal
+import sys
 
 import torch
 
@@ -50,11 +51,11 @@ def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
 
 def supported(model: torch.nn.Module) -> bool:
     """Whether ``model`` can be trained with row processes here: a fused token loss, float32
-    parameters on the CPU, and ``fork``."""
+    parameters on the CPU, and Linux's ``fork``."""
     params = [p for p in model.parameters() if p.requires_grad]
     return (
         getattr(type(model), "token_loss", None) is not None
-        and "fork" in multiprocessing.get_all_start_methods()
+        and sys.platform.startswith("linux")  # fork is unsafe under macOS's system frameworks
         and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)
     )
 
