@@ -234,6 +234,8 @@ def report(args) -> None:
     aer_order = [n for n, _, _ in AER]
     table("aer", aer_order, "AER", lambda r: r["aer"])
     table("aer", aer_order, "test BLEU", lambda r: r["bleu"])
+    reversed_pair = ["global-general-feed", "local-p-general-feed"]  # both on reversed sources
+    table("aer", reversed_pair, "AER, local-p vs its reversed global control", lambda r: r["aer"])
     for d in DOMAIN_NAMES:
         mixed = {"plain": "neural", "ngramres-domains": "ngramres alpha=0.5", "ngramres-mixed": "ngramres alpha=0.5"}
         for name, setting in mixed.items():
