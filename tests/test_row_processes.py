@@ -25,12 +25,13 @@ def _model():
     return Seq2Seq(cfg, 20, 18, init_uniform=0.3).train()
 
 
-def _batch(rows=6, bad_shortest=False):
+def _batch(rows=6, bad_row=None):
+    """Six pairs; ``bad_row``: that row's target ids made out of the vocabulary (same length)."""
     g = torch.Generator().manual_seed(0)
     src = [torch.randint(4, 20, (n,), generator=g).tolist() for n in (5, 2, 7, 3, 6, 4)[:rows]]
     tgt = [torch.randint(4, 18, (n,), generator=g).tolist() for n in (3, 8, 2, 6, 1, 5)[:rows]]
-    if bad_shortest:  # the shortest target goes to the last part: a worker's
-        tgt[4] = [99]
+    if bad_row is not None:
+        tgt[bad_row] = [99] * len(tgt[bad_row])
     return collate(src, tgt, list(range(rows)))
 
 
@@ -76,11 +77,15 @@ def test_split_over_processes_equals_one_pass_and_sees_updates(workers):
         assert not proc.is_alive() and proc.exitcode == 0
 
 
-def test_a_failing_worker_is_reported_and_the_rest_keeps_working():
+@pytest.mark.parametrize("workers, bad_row, failing", [(1, 4, 1), (2, 2, 1), (2, 4, 2)])
+def test_a_failing_worker_is_reported_and_the_rest_keeps_working(workers, bad_row, failing):
+    # rows are dealt by target length (8 6 5 3 2 1 = rows 1 3 5 0 2 4) to parts 0, 1, (2,) 0, ...:
+    # the bad row lands in worker ``failing``'s part; the others' answers are read all the same,
+    # so the next batch's answers are its own
     model = _model()
-    with RowProcesses(model, 1) as rows:
-        with pytest.raises(RuntimeError, match="row process 1 failed: IndexError"):
-            rows.backward(_batch(bad_shortest=True), 1.0, 0.1)
+    with RowProcesses(model, workers) as rows:
+        with pytest.raises(RuntimeError, match=f"row process {failing} failed: IndexError"):
+            rows.backward(_batch(bad_row=bad_row), 1.0, 0.1)
         model.zero_grad(set_to_none=True)
         b = _batch()
         loss = rows.backward(b, 1.0, 0.1)

@@ -71,7 +71,7 @@ class RowProcesses:
 
     def __init__(self, model: torch.nn.Module, workers: int):
         if not supported(model):
-            raise ValueError("row processes need a CPU float32 model with token_loss and fork")
+            raise ValueError("row processes need a CPU float32 model with token_loss, on Linux")
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
         numel = sum(p.numel() for p in self.params)
@@ -122,8 +122,7 @@ class RowProcesses:
                 self.conns[k].send((part.src.numpy(), part.src_lengths.numpy(), part.tgt_in.numpy(),
                                     part.tgt_out.numpy(), scale, smoothing, seed))
             except OSError:  # a dead worker; those already sent a part answer first
-                for j in range(k):
-                    self._receive(j)
+                self._collect(k)
                 raise self._stopped(k) from None
         threads = torch.get_num_threads()
         torch.set_num_threads(max(1, threads // len(parts)))
@@ -135,7 +134,7 @@ class RowProcesses:
             total = float(loss.detach())
         finally:
             torch.set_num_threads(threads)
-            replies = [self._receive(k) for k in range(busy)]
+            replies = self._collect(busy)
         for k, reply in enumerate(replies):
             total += reply
             for p, g in zip(self.params, self.grads[k]):
@@ -145,14 +144,21 @@ class RowProcesses:
                     p.grad.add_(g)
         return total
 
-    def _receive(self, k: int) -> float:
-        try:
-            reply = self.conns[k].recv()
-        except (EOFError, OSError):
-            raise self._stopped(k) from None
-        if isinstance(reply, str):
-            raise RuntimeError(f"row process {k + 1} failed: {reply}")
-        return reply
+    def _collect(self, busy: int) -> list[float]:
+        """The losses of the first ``busy`` workers. Every answer is read before a failure is
+        raised, so the next batch's answers are not mistaken for this one's."""
+        replies: list[float | str | RuntimeError] = []
+        for k in range(busy):
+            try:
+                replies.append(self.conns[k].recv())
+            except (EOFError, OSError):
+                replies.append(self._stopped(k))
+        for k, reply in enumerate(replies):
+            if isinstance(reply, RuntimeError):
+                raise reply
+            if isinstance(reply, str):
+                raise RuntimeError(f"row process {k + 1} failed: {reply}")
+        return replies
 
     def _stopped(self, k: int) -> RuntimeError:
         self.procs[k].join(1)
