@@ -126,3 +126,37 @@ def tiny_arpa(tiny_corpus, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("arpa") / "tiny.arpa"
     NgramLM.estimate_text(tiny_corpus.directory / "train.es", order=3).to_arpa(path)
     return path
+
+
+@pytest.fixture
+def fixed_update():
+    """``make(trainer)`` -> ``update(groups)``: one ``trainer.train_step`` on a fixed 5-pair batch
+    from the same start (model and optimizer state as ``make`` found them) with
+    ``train.row_groups = groups``; returns (loss, tokens, parameters after). The row-split tests
+    compare ``update(2)`` with ``update(1)``, one pass."""
+    import copy
+
+    import torch
+
+    from attnmt.data.batching import collate
+
+    def make(trainer):
+        vs, vt = len(trainer.data.src_tok), len(trainer.data.tgt_tok)
+        g = torch.Generator().manual_seed(3)
+        src = [torch.randint(4, vs, (n,), generator=g).tolist() for n in (4, 6, 2, 5, 3)]
+        tgt = [torch.randint(4, vt, (n,), generator=g).tolist() for n in (5, 2, 7, 3, 4)]
+        batches = [collate(src, tgt, list(range(5)))]
+        model0 = copy.deepcopy(trainer.model.state_dict())
+        opt0 = copy.deepcopy(trainer.optimizer.state_dict())
+
+        def update(groups: int):
+            trainer.cfg.train.row_groups = groups
+            trainer.model.load_state_dict(model0)
+            trainer.optimizer.load_state_dict(opt0)
+            trainer.step = 0
+            loss, tokens = trainer.train_step(batches)
+            return loss, tokens, {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+        return update
+
+    return make

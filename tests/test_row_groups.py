@@ -57,9 +57,7 @@ def test_grouped_backward_equals_one_pass():
         torch.testing.assert_close(got[n], p.grad, atol=1e-10, rtol=0, msg=n)
 
 
-def test_trainer_runs_row_groups_on_cpu_and_keeps_the_update(tiny_corpus, tmp_path, monkeypatch):
-    import copy
-
+def test_trainer_runs_row_groups_on_cpu_and_keeps_the_update(tiny_corpus, tmp_path, monkeypatch, fixed_update):
     from attnmt.config import load_config
     from attnmt.train import row_groups
     from attnmt.train.training import Trainer
@@ -71,24 +69,10 @@ def test_trainer_runs_row_groups_on_cpu_and_keeps_the_update(tiny_corpus, tmp_pa
     trainer = Trainer(cfg, tmp_path / "run")
     try:
         torch.set_num_threads(2)
-        vs, vt = len(trainer.data.src_tok), len(trainer.data.tgt_tok)
-        g = torch.Generator().manual_seed(3)
-        src = [torch.randint(4, vs, (n,), generator=g).tolist() for n in (4, 6, 2, 5, 3)]
-        tgt = [torch.randint(4, vt, (n,), generator=g).tolist() for n in (5, 2, 7, 3, 4)]
-        batches = [collate(src, tgt, list(range(5)))]
-        model0 = copy.deepcopy(trainer.model.state_dict())
-        opt0 = copy.deepcopy(trainer.optimizer.state_dict())
         calls = []
         real = row_groups.grouped_backward
         monkeypatch.setattr("attnmt.train.training.grouped_backward", lambda *a: calls.append(a[2]) or real(*a))
-
-        def one_step(groups):
-            trainer.cfg.train.row_groups = groups
-            trainer.model.load_state_dict(model0)
-            trainer.optimizer.load_state_dict(opt0)
-            trainer.step = 0
-            loss, tokens = trainer.train_step(batches)
-            return loss, tokens, {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        one_step = fixed_update(trainer)
 
         got = one_step(2)
         assert calls == [2]  # two groups, one per thread

@@ -2,7 +2,6 @@
 gradient of one pass over the whole batch, the parent's updates seen by the workers, failures
 reported, and the trainer using it on CPU when train.row_workers = processes."""
 
-import copy
 import os
 import signal
 import sys
@@ -108,7 +107,7 @@ def test_only_float32_cpu_models_with_a_token_loss():
         RowProcesses(_model().double(), 1)
 
 
-def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path, monkeypatch):
+def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path, monkeypatch, fixed_update):
     from attnmt.config import load_config
     from attnmt.train import row_groups
     from attnmt.train.training import Trainer
@@ -125,21 +124,7 @@ def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path,
         trainer.cfg.train.batch_size = 3  # no batch can have two groups of MIN_GROUP_ROWS = 2
         assert trainer._start_row_processes() is None
         trainer.cfg.train.batch_size = batch_size
-        vs, vt = len(trainer.data.src_tok), len(trainer.data.tgt_tok)
-        g = torch.Generator().manual_seed(3)
-        src = [torch.randint(4, vs, (n,), generator=g).tolist() for n in (4, 6, 2, 5, 3)]
-        tgt = [torch.randint(4, vt, (n,), generator=g).tolist() for n in (5, 2, 7, 3, 4)]
-        batches = [collate(src, tgt, list(range(5)))]
-        model0 = copy.deepcopy(trainer.model.state_dict())
-        opt0 = copy.deepcopy(trainer.optimizer.state_dict())
-
-        def one_step(groups):
-            trainer.cfg.train.row_groups = groups
-            trainer.model.load_state_dict(model0)
-            trainer.optimizer.load_state_dict(opt0)
-            trainer.step = 0
-            loss, tokens = trainer.train_step(batches)
-            return loss, tokens, {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        one_step = fixed_update(trainer)
 
         got = one_step(2)
         rows = trainer.row_processes
