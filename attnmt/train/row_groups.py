@@ -30,7 +30,8 @@ _pool: ThreadPoolExecutor | None = None
 
 
 # below these hidden sizes the automatic setting keeps one pass. Threads: neutral at 256, ~+4 % at
-# 512; processes: ~+15 % at 256, ~+2 % over threads at 512 (docs/results/race.md)
+# 512; processes: +6 to +21 % at 256 (median pair +17 %), +0 to +3 % over threads at 512
+# (docs/results/race.md)
 AUTO_MIN_HIDDEN = {"threads": 512, "processes": 256}
 
 
