@@ -1,4 +1,4 @@
-"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F]"""
+"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8]"""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or when it has --beam finished hypotheses (complete)")
     p.add_argument("--workers", type=int, default=0,
                    help="batches searched at once, one CPU thread each (0: one per torch thread on CPU)")
+    p.add_argument("--int8", action="store_true",
+                   help="CPU search: the output layer as an 8-bit product (faster; scores move "
+                   "slightly, see docs/results/race.md)")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
@@ -63,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.alignments, [args.input, args.output], "--alignments")
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
                                  args.ngram, args.alpha)
+    if args.int8:
+        from attnmt.decode.translate import use_int8_output_layer
+
+        use_int8_output_layer(translator.runs)
     lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
     warning = truncation_warning(translator.runs, lines)
     if warning:

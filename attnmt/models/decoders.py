@@ -168,6 +168,8 @@ class LuongDecoder(nn.Module):
 
     # the largest table of layer-1 embedding gates kept for search (V × 4H floats)
     EMB_GATES_MAX_BYTES = 128 * 2**20
+    # search only: the output layer W_s as an 8-bit product (packed.pack_int8; `translate --int8`)
+    int8_output = False
 
     def _inference_weights(self):
         """Packed [W_ih | W_hh] and b_ih + b_hh per layer, the embedding-gate table, W_c and W_s,
@@ -180,7 +182,7 @@ class LuongDecoder(nn.Module):
         EMB_GATES_MAX_BYTES; layer 1 then multiplies [emb(y); h̃; h] as one product."""
         params = list(self.rnn.parameters()) + list(self.W_s.parameters()) + [self.embedding.weight]
         params += list(self.W_c.parameters()) if self.W_c is not None else []
-        key = tuple((p.data_ptr(), p._version) for p in params)
+        key = (self.int8_output, *((p.data_ptr(), p._version) for p in params))
         cached = getattr(self, "_cached_inference", None)
         if cached is None or cached[0] != key:
             layers, H, E = [], self.hidden, self.embed_dim
@@ -198,7 +200,8 @@ class LuongDecoder(nn.Module):
                     w = w[:, E:]
                 layers.append((packed.pack(w, 320), b))
             W_c = packed.pack(2 * self.W_c.weight.detach(), 320) if self.W_c is not None else None
-            cached = (key, (layers, emb_gates, W_c, packed.pack(self.W_s.weight, 320)))
+            W_s = (packed.pack_int8 if self.int8_output else packed.pack)(self.W_s.weight, 320)
+            cached = (key, (layers, emb_gates, W_c, W_s))
             self._cached_inference = cached
         return cached[1]
 

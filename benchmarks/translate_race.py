@@ -1,0 +1,105 @@
+"""Translation only, repeated: the race's two translators on the race's own checkpoints.
+
+Single timings of either translation command vary by ±10 % on the 2-core machine (docs/results/
+race.md), so one race's translation ratio is one sample. This script re-times the translation
+step of a finished ``benchmarks/peer_race.py --out OUT`` run, alternating the commands round by
+round on the same checkpoints: OpenNMT-py's ``onmt_translate`` exactly as the race runs it (its
+last checkpoint, beam 5, batches of 64 sentences, 2 threads), ``attnmt translate`` as the race
+runs it, and ``attnmt translate --int8`` (the output layer as an 8-bit product). Each command is
+timed whole from outside and scored with the race's sacreBLEU call.
+
+    python benchmarks/translate_race.py --out OUT --sizes 256,512 --rounds 2 [--threads 2]
+        [--venv OUT/onmt-venv]
+
+Prints one JSON line per command run, then one JSON object with every size's median times,
+ratios (OpenNMT-py's time ÷ attnmt's) and BLEU, and a one-line summary per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_race import ROOT, RaceError, opennmt_env, run, score  # noqa: E402
+
+
+def commands(out: Path, size: int, bin_dir: Path, threads: int) -> dict[str, tuple[list[str], dict, Path]]:
+    """name -> (command, environment, file of detokenised output or of pieces for OpenNMT-py)."""
+    data, onmt, ours = out / "data", out / str(size) / "opennmt", out / str(size) / "attnmt"
+    ckpts = sorted(onmt.glob("model_step_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    if not ckpts or not (ours / "checkpoints").is_dir():
+        raise RaceError(f"no finished race at size {size} under {out} (run benchmarks/peer_race.py first)")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)}
+    attnmt = [sys.executable, "-m", "attnmt", "translate", "--model", str(ours), "--input",
+              str(data / "test.en"), "--beam", "5", "--batch-size", "64"]
+    return {
+        "opennmt": ([str(bin_dir / "onmt_translate"), "-model", str(ckpts[-1]), "-src", str(data / "test.sp.en"),
+                     "-output", str(onmt / "retime.hyp.sp"), "-beam_size", "5", "-batch_size", "64",
+                     "-batch_type", "sents", "-gpu", "-1"], opennmt_env(threads), onmt / "retime.hyp.sp"),
+        "attnmt": ([*attnmt, "--output", str(ours / "retime.hyp.es")], env, ours / "retime.hyp.es"),
+        "attnmt --int8": ([*attnmt, "--output", str(ours / "retime.int8.hyp.es"), "--int8"], env,
+                          ours / "retime.int8.hyp.es"),
+    }
+
+
+def translations(path: Path, spm_model: Path | None) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if spm_model is None:
+        return lines
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    return [sp.decode(line.split()) for line in lines]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="the folder of a finished peer_race.py run")
+    ap.add_argument("--sizes", default="256,512")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--venv", help="OpenNMT-py's virtual environment (default OUT/onmt-venv)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    bin_dir = Path(args.venv or out / "onmt-venv") / "bin"
+    refs = (out / "data" / "test.es").read_text(encoding="utf-8").splitlines()
+    summary = []
+    try:
+        if not (bin_dir / "onmt_translate").exists():
+            raise RaceError(f"no onmt_translate in {bin_dir} (peer_race.py installs it; or pass --venv)")
+        for size in (int(s) for s in args.sizes.split(",")):
+            cmds = commands(out, size, bin_dir, args.threads)
+            times: dict[str, list[float]] = {name: [] for name in cmds}
+            bleu: dict[str, float] = {}
+            for rnd in range(1, args.rounds + 1):
+                for name, (cmd, env, hyp) in cmds.items():
+                    took = run(cmd, hyp.with_suffix(".log"), env)
+                    spm_model = out / "data" / "spm.es.model" if name == "opennmt" else None
+                    bleu[name] = score(translations(hyp, spm_model), refs)["bleu"]
+                    times[name].append(round(took, 1))
+                    print(json.dumps({"size": size, "round": rnd, "command": name, "seconds": round(took, 1),
+                                      "bleu": bleu[name]}), flush=True)
+            median = {name: statistics.median(t) for name, t in times.items()}
+            row = {"size": size, "seconds": times, "median_s": median, "bleu": bleu,
+                   "ratio": {name: round(median["opennmt"] / median[name], 3) for name in cmds if name != "opennmt"}}
+            summary.append(row)
+    except RaceError as err:
+        print(f"translate_race: error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"threads": args.threads, "rounds": args.rounds, "rows": summary}))
+    for row in summary:
+        print(f"size {row['size']}: OpenNMT-py {row['median_s']['opennmt']} s, attnmt {row['median_s']['attnmt']} s "
+              f"({row['ratio']['attnmt']}x), --int8 {row['median_s']['attnmt --int8']} s "
+              f"({row['ratio']['attnmt --int8']}x); BLEU {row['bleu']['opennmt']} / {row['bleu']['attnmt']} / "
+              f"{row['bleu']['attnmt --int8']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,112 @@
+"""`attnmt translate --int8`: the search's output layer as an 8-bit product (models/packed.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnmt.config import ModelConfig
+from attnmt.errors import UserError
+from attnmt.models import packed
+from attnmt.models.seq2seq import Seq2Seq
+
+needs_int8 = pytest.mark.skipif(not packed.INT8, reason="torch without oneDNN's quantised linear")
+
+
+@needs_int8
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_int8_product_is_the_float_product_up_to_its_rounding(rows):
+    """x Wᵀ + b in 8 bits: each output is off by at most the rounding bound of its row, and the
+    inputs of a search step (h̃ in [−1, 1]) keep the error far below the logits' spread."""
+    torch.manual_seed(0)
+    W, b = torch.randn(300, 48) * 0.2, torch.randn(300)
+    x = torch.rand(rows, 48) * 2 - 1
+    x[0, 0] = -1.0  # the input's range reaches both ends: its rounding step is 2 / 127
+    got = packed.linear(x, packed.pack_int8(W, rows), b)
+    want = x @ W.t() + b
+    w_step = W.abs().amax(dim=1) / 127  # per row
+    x_step = (x.max() - x.min()) / 127
+    bound = (0.5 * w_step * x.abs().sum(1, keepdim=True)  # weight rounding, per output
+             + 0.5 * x_step * W.abs().sum(1)  # input rounding
+             + 0.25 * w_step * x_step * W.size(1) + 1e-4)
+    assert got.shape == want.shape
+    assert bool(((got - want).abs() <= bound).all())
+    assert (got - want).abs().max() < 0.02 * (want.max() - want.min())
+    assert not torch.equal(got, want)  # it is a different product, not the float one
+
+
+@needs_int8
+def test_int8_product_of_an_input_without_spread():
+    """An all-zero input (range 0) still gives the bias, not a division by zero."""
+    W, b = torch.randn(20, 8), torch.randn(20)
+    torch.testing.assert_close(packed.linear(torch.zeros(3, 8), packed.pack_int8(W), b), b.expand(3, 20))
+
+
+def test_pack_int8_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="CPU, float32"):
+        packed.pack_int8(torch.randn(4, 3, dtype=torch.float64))
+
+
+class _Run:  # what use_int8_output_layer reads of a loaded run
+    def __init__(self, model, device="cpu"):
+        self.model, self.device = model, torch.device(device)
+
+
+def _model(**overrides) -> Seq2Seq:
+    settings = dict(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True)
+    cfg = ModelConfig(**{**settings, **overrides})
+    torch.manual_seed(1)
+    return Seq2Seq(cfg, 30, 40, init_uniform=0.3).eval()
+
+
+@needs_int8
+def test_int8_search_step_keeps_the_logits_and_only_the_output_layer_changes():
+    from attnmt.decode.translate import use_int8_output_layer
+
+    model = _model()
+    src = torch.randint(4, 30, (3, 7))
+    lengths = torch.tensor([7, 5, 2])
+    prefix = torch.full((3, 1), 1, dtype=torch.long)
+
+    def step():
+        with torch.no_grad():
+            enc = model.encode(src, lengths)
+            return model.step(prefix, model.init_state(enc), enc)
+
+    want_logits, want_state, _ = step()
+    use_int8_output_layer([_Run(model)])
+    assert model.decoder.int8_output
+    logits, state, _ = step()
+    for key in ("h", "c", "feed"):  # the recurrent state does not go through the 8-bit product
+        torch.testing.assert_close(state[key], want_state[key], atol=1e-6, rtol=0)
+    assert not torch.equal(logits, want_logits)
+    assert (logits - want_logits).abs().max() < 0.02 * (want_logits.max() - want_logits.min())
+
+
+def test_int8_refuses_models_without_the_input_feeding_search_step():
+    from attnmt.decode.translate import use_int8_output_layer
+
+    with pytest.raises(UserError, match="input-feeding"):
+        use_int8_output_layer([_Run(_model(input_feed=False))])
+
+
+@needs_int8
+def test_translate_int8_end_to_end(tiny_run, tiny_corpus, tmp_path):
+    """`attnmt translate --int8` writes one translation per input line, and the float search's
+    output stays the default."""
+    src = tiny_corpus.directory / "dev.en"
+    outs = {}
+    for flag in ([], ["--int8"]):
+        out = tmp_path / f"out{len(flag)}.txt"
+        done = subprocess.run([sys.executable, "-m", "attnmt", "translate", "--model", str(tiny_run),
+                               "--input", str(src), "--output", str(out), *flag],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        outs[bool(flag)] = out.read_text(encoding="utf-8").splitlines()
+    n = len(src.read_text(encoding="utf-8").splitlines())
+    assert len(outs[True]) == len(outs[False]) == n
+    same = sum(a == b for a, b in zip(outs[True], outs[False]))
+    assert same >= 0.8 * n  # rounding moves scores a little, rarely a choice
