@@ -6,12 +6,10 @@ the test set (beam 5, batches of 64, as the race does) and reports:
 
 * ``--measure split``: one worker on one thread over the first ``--lines`` sentences; the time of
   the output layer's packed product (timed per call) and its GFLOP/s, beside the whole search.
-* ``--measure int8``: the whole test set with the default workers, once per ``--int8`` variant,
-  each in a fresh process: ``none`` (today's fp32 search), ``output`` (the output layer's product
-  as an int8 dynamic-quantised product, per-row weight scales), ``all`` (every packed product:
-  LSTM layers, W_c, output layer). Time of ``Translator.translate`` and sacreBLEU on
-  ``--ref``. int8 is not a feature of attnmt: it rests on torch.ao's quantised tensors, which
-  torch 2.13 marks deprecated, and it moves BLEU (docs/results/race.md, "Translation").
+* ``--measure int8``: the whole test set with the default workers, once per variant, each in a
+  fresh process: ``none`` (the float32 search), ``output`` (``attnmt translate --int8``: the
+  output layer as an 8-bit product), ``all`` (also layer 2 of the LSTM and W_c; an experiment).
+  Time of ``Translator.translate`` and sacreBLEU on ``--ref``.
 
     python benchmarks/translate_profile.py --model RUN --input OUT/data/test.en --measure split
     python benchmarks/translate_profile.py --model RUN --input OUT/data/test.en \
@@ -27,41 +25,15 @@ import json
 import subprocess
 import sys
 import time
-import warnings
 
 
-def quantise_packed_products(which: str) -> None:
-    """Route attnmt.models.packed's products through int8 dynamic-quantised linears: the output
-    layer's only (``output``, recognised as the product with the most output rows) or all."""
-    import torch
-
+def int8_everywhere() -> None:
+    """Every product packed for the search as an 8-bit one (models/packed.py ``pack_int8``): layer
+    2 of the LSTM, W_c and the output layer; layer 1's product with the embedding-gate table
+    (``linear_add``) stays in float32. An experiment, not an option of attnmt."""
     from attnmt.models import packed
 
-    plain_pack, plain_linear, plain_add = packed.pack, packed.linear, packed.linear_add
-
-    def pack(weight, rows=64):
-        p = plain_pack(weight, rows)
-        w = weight.detach()
-        if which == "all" or w.shape[0] >= 4096:  # the vocabulary; LSTM gates are 4H ≤ 4096 here
-            q = torch.ao.nn.quantized.dynamic.Linear(w.shape[1], w.shape[0])
-            scale = (w.abs().amax(1) / 127).clamp_min(1e-12)
-            zero = torch.zeros(w.shape[0], dtype=torch.long)
-            q.set_weight_bias(torch.quantize_per_channel(w, scale, zero, 0, torch.qint8), None)
-            p.int8 = q
-        return p
-
-    def linear(x, w, bias=None):
-        q = getattr(w, "int8", None)
-        if q is None:
-            return plain_linear(x, w, bias)
-        y = q(x)
-        return y if bias is None else y.add_(bias)
-
-    def linear_add(x, w, other):
-        q = getattr(w, "int8", None)
-        return plain_add(x, w, other) if q is None else q(x).add_(other)
-
-    packed.pack, packed.linear, packed.linear_add = pack, linear, linear_add
+    packed.pack = packed.pack_int8
 
 
 def split(args) -> dict:
@@ -98,14 +70,15 @@ def split(args) -> dict:
 
 
 def int8_once(args) -> dict:
-    warnings.filterwarnings("ignore")  # torch.ao's deprecation notice
-    if args.int8 != "none":
-        quantise_packed_products(args.int8)
+    if args.int8 == "all":
+        int8_everywhere()
     import sacrebleu
 
-    from attnmt.decode.translate import Translator
+    from attnmt.decode.translate import Translator, use_int8_output_layer
 
     translator = Translator.from_run(args.model)
+    if args.int8 != "none":
+        use_int8_output_layer(translator.runs)  # what `attnmt translate --int8` does
     lines = open(args.input, encoding="utf-8").read().splitlines()
     refs = open(args.ref, encoding="utf-8").read().splitlines()
     start = time.perf_counter()
