@@ -110,3 +110,16 @@ def test_translate_int8_end_to_end(tiny_run, tiny_corpus, tmp_path):
     assert len(outs[True]) == len(outs[False]) == n
     same = sum(a == b for a, b in zip(outs[True], outs[False]))
     assert same >= 0.8 * n  # rounding moves scores a little, rarely a choice
+
+
+@needs_int8
+def test_served_models_take_int8_too(tiny_run):
+    pytest.importorskip("fastapi")
+    from attnmt.serve.app import load_models
+
+    (plain,) = load_models([str(tiny_run)], device="cpu")
+    (served,) = load_models([str(tiny_run)], device="cpu", int8=True)
+    assert served.translator.model.decoder.int8_output
+    assert not plain.translator.model.decoder.int8_output  # each load is its own model
+    (hyps,) = served.translator.translate(["a"], beam=2)
+    assert isinstance(hyps[0].text, str)

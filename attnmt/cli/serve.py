@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--int8", action="store_true",
+                   help="CPU: each model's output layer as an 8-bit product (as translate --int8)")
     p.add_argument("--max-batch", type=int, default=32, help="sentences per decoder call")
     p.add_argument(
         "--max-wait-ms",
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in ("0.0.0.0", "::", ""):  # a wildcard address is no name clients use
         hosts.append(args.host)
     hosts += args.allow_host
-    models = load_models(args.model, args.checkpoint, args.device)
+    models = load_models(args.model, args.checkpoint, args.device, args.int8)
     app = create_app(models, limits, allowed_hosts=hosts, docs=args.docs)
     names = ", ".join(m.name for m in models)
     print(f"attnmt: serving {names} on http://{args.host}:{args.port}/ "

@@ -33,7 +33,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnmt.decode.translate import Translation, Translator
+from attnmt.decode.translate import Translation, Translator, use_int8_output_layer
 from attnmt.errors import UserError
 from attnmt.serve.batcher import Job, ModelBatcher, QueueFull
 from attnmt.serve.budget import MAX_OUTPUT_PIECES, Ask, Budget, response_bound, widest_piece
@@ -88,8 +88,9 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
 
 
 def load_models(
-    specs: list[str], checkpoint: str = "best", device: str = "auto"
+    specs: list[str], checkpoint: str = "best", device: str = "auto", int8: bool = False
 ) -> list[ServedModel]:
+    """``int8``: every model's search output layer as an 8-bit product (`translate --int8`)."""
     models: list[ServedModel] = []
     for spec in specs:
         name, run = parse_model_spec(spec)
@@ -98,6 +99,8 @@ def load_models(
         translator = Translator.from_run(run, checkpoint, device)
         if translator.cfg.task != "translate":
             raise UserError(f"a {translator.cfg.task!r} model cannot translate", run)
+        if int8:
+            use_int8_output_layer(translator.runs)
         models.append(ServedModel(name, translator, str(run), checkpoint))
     if not models:
         raise UserError("give at least one --model RUN")
