@@ -68,9 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.out)
     bin_dir = Path(args.venv or out / "onmt-venv") / "bin"
-    refs = (out / "data" / "test.es").read_text(encoding="utf-8").splitlines()
     summary = []
     try:
+        if not (out / "data" / "test.es").is_file():
+            raise RaceError(f"no {out / 'data' / 'test.es'}: --out must be a finished peer_race.py folder")
+        refs = (out / "data" / "test.es").read_text(encoding="utf-8").splitlines()
         if not (bin_dir / "onmt_translate").exists():
             raise RaceError(f"no onmt_translate in {bin_dir} (peer_race.py installs it; or pass --venv)")
         for size in (int(s) for s in args.sizes.split(",")):
