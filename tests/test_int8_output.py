@@ -45,6 +45,18 @@ def test_int8_product_of_an_input_without_spread():
     torch.testing.assert_close(packed.linear(torch.zeros(3, 8), packed.pack_int8(W), b), b.expand(3, 20))
 
 
+@needs_int8
+def test_int8_product_of_other_shapes_and_of_non_finite_input():
+    W, b = torch.randn(20, 8), torch.randn(20)
+    w = packed.pack_int8(W)
+    x = torch.rand(2, 3, 8)
+    got = packed.linear(x, w, b)
+    assert got.shape == (2, 3, 20)
+    torch.testing.assert_close(got, packed.linear(x.reshape(6, 8), w, b).view(2, 3, 20))
+    x[0, 0, 0] = float("nan")  # a broken state: no rounding step, the float product's NaNs
+    assert packed.linear(x, w, b)[0, 0].isnan().all()
+
+
 def test_pack_int8_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="CPU, float32"):
         packed.pack_int8(torch.randn(4, 3, dtype=torch.float64))

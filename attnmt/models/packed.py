@@ -17,6 +17,7 @@ in pairs into 16 bits, which 8-bit inputs can overflow.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -69,12 +70,16 @@ def _linear_int8(x: torch.Tensor, w: Packed, bias: torch.Tensor | None) -> torch
     """x Wᵀ + b through 8-bit integers: x rounded to 7-bit steps over [min(x, 0), max(x, 0)]."""
     qw, w_scale, w_zero = w.int8
     lo, hi = (float(v) for v in torch.aminmax(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # nothing to round: as the float product
+        return F.linear(x, w.weight, bias)
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = (hi - lo) / 127 or 1.0
     zero = round(-lo / scale)
-    qx = torch.round(x * (1 / scale)).add_(zero).clamp_(0, 127).to(torch.uint8)
-    return torch.ops.onednn.qlinear_pointwise(qx, scale, zero, qw, w_scale, w_zero, bias, 1.0, 0,
-                                              torch.float32, "none", [], "")
+    flat = x.reshape(-1, x.size(-1))
+    qx = torch.round(flat * (1 / scale)).add_(zero).clamp_(0, 127).to(torch.uint8)
+    y = torch.ops.onednn.qlinear_pointwise(qx, scale, zero, qw, w_scale, w_zero, bias, 1.0, 0,
+                                           torch.float32, "none", [], "")
+    return y.view(*x.shape[:-1], y.size(-1))
 
 
 def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
