@@ -63,6 +63,36 @@ def test_cached_step_weights_follow_updates():
     assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
 
 
+def test_cached_decoding_weights_follow_fused_adam_between_evaluations():
+    """torch's fused Adam updates parameters in place without bumping their version counters; a
+    train → eval round trip (as the trainer's validation does) still decodes with the new weights:
+    the same perplexity and search as a fresh copy of the updated model."""
+    from attnmt.train.training import perplexity
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True,
+                      dropout=0.0)
+    model = Seq2Seq(cfg, 30, 25, init_uniform=0.3)
+    batch = _batch()
+    src = [row[: int(n)].tolist() for row, n in zip(batch.src, batch.src_lengths)]
+    tgt = [[5, 6, 7], [8, 9], [10], [11, 12, 13, 14]]
+    perplexity(model, src, tgt, torch.device("cpu"))  # fills the decoding caches, back in train mode
+    model.decoder._inference_weights()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05, fused=True)
+    for _ in range(3):  # training: the fused path (global general + input feeding on CPU)
+        optimizer.zero_grad()
+        model.token_loss(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, 0.0).backward()
+        optimizer.step()
+    fresh = Seq2Seq(cfg, 30, 25)
+    fresh.load_state_dict(model.state_dict())
+    want = perplexity(fresh, src, tgt, torch.device("cpu"))["ppl"]
+    assert perplexity(model, src, tgt, torch.device("cpu"))["ppl"] == want
+    model.eval(), fresh.eval()
+    got = beam_search(model, batch.src, batch.src_lengths, beam_size=3)
+    expected = beam_search(fresh, batch.src, batch.src_lengths, beam_size=3)
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in expected]
+
+
 def test_beam_search_of_a_sentence_does_not_depend_on_its_batch():
     # sentences finish at different steps and leave the batch; each alone must match
     torch.manual_seed(3)

@@ -75,6 +75,15 @@ class LuongDecoder(nn.Module):
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # tanh(W_c[c_t; h_t])
         return h_tilde, weights
 
+    def train(self, mode: bool = True) -> "LuongDecoder":
+        """Entering or leaving training drops the weights kept for decoding (``_step_weights``,
+        ``_inference_weights``): they are keyed on version counters, and torch's fused Adam
+        updates parameters in place without bumping them, so between two validations the key
+        alone would not see that training changed every weight."""
+        self._cached_step_weights = None
+        self._cached_inference = None
+        return super().train(mode)
+
     # -- LSTM step with concatenated weights -------------------------------------------------
     def _step_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer: W = [W_ih_rest | W_hh] and b = b_ih + b_hh, for one matmul per layer per step.
