@@ -5,6 +5,7 @@
     python experiments/replication.py ngram-data                           the 5-domain LM split
     python experiments/replication.py ngram  [--seed N] [--only NAME ...]   NgramRes, multi-domain LM
     python experiments/replication.py report                               means, per-seed values, paired Δ
+    python experiments/replication.py rebest --group G [--only NAME ...]   BEST again from every checkpoint
 
 The window rows (Transformer, relative, localness, window and paper-window variants) and the
 classification tasks (agreement-hard included) run through experiments/window_attention.py;
@@ -91,8 +92,16 @@ def run_dir(group: str, name: str, seed: int) -> Path:
     return EXP / group / (name if seed == 1 else f"{name}-seed{seed}")
 
 
+def last_step(run: Path) -> int:
+    """The step of the run's LAST checkpoint (0: none)."""
+    last = run / "checkpoints" / "LAST"
+    return int(last.read_text(encoding="utf-8").strip().rsplit("-", 1)[1]) if last.exists() else 0
+
+
 def train(run: Path, config: str, steps: int, overrides: list[str], seed: int) -> None:
-    """Train to ``steps`` updates, resuming an interrupted run."""
+    """Train to ``steps`` updates, resuming an interrupted run (a finished one is left as it is)."""
+    if last_step(run) >= steps:
+        return
     if (run / "checkpoints" / "LAST").exists():
         cmd = [*ATTNMT, "train", "--out", str(run), "--resume", "--max-steps", str(steps)]
     else:
@@ -135,6 +144,31 @@ def aer(args) -> None:
         sh([*ATTNMT, "translate", "--model", str(run), "-i", f"{SYNTH}/test.src", "-o", str(hyp), "--beam", "5"])
         result.update(json.loads(sh([*ATTNMT, "score", "--hyp", str(hyp), "--ref", f"{SYNTH}/test.tgt", "--json"])))
         (run / "result.json").write_text(json.dumps(result, indent=1))
+
+
+def rebest(args) -> None:
+    """Pick BEST again for the runs of ``args.group`` (all, or ``--only`` names): the step
+    checkpoint with the lowest dev perplexity, each computed in a fresh process; a run whose BEST
+    changes loses its result.json, so the next pass of its group evaluates it again. For runs
+    trained before 3fc1b79 with global dot/general attention and input feeding, whose in-training
+    validation read stale decoder weights and marked a wrong BEST (docs/RESULTS.md, issue 15)."""
+    src, tgt = {"luong": (f"{BIBLE}/dev.en", f"{BIBLE}/dev.es"), "aer": (f"{SYNTH}/dev.src", f"{SYNTH}/dev.tgt")}[args.group]
+    for run in sorted(p for p in (EXP / args.group).iterdir() if (p / "checkpoints").is_dir()):
+        if args.only and run.name not in args.only:
+            continue
+        ppl = {}
+        for step in sorted((run / "checkpoints").glob("step-*")):
+            out = sh([*ATTNMT, "eval", "--model", str(run), "--checkpoint", step.name, "--input", tgt, "--src", src,
+                      "--json"])
+            ppl[step.name] = json.loads(out)["results"][0]["ppl"]
+        best_file = run / "checkpoints" / "BEST"
+        old, new = best_file.read_text(encoding="utf-8").strip(), min(ppl, key=ppl.get)
+        print(f"{run.name}: dev ppl {', '.join(f'{k[-5:]} {v:.1f}' for k, v in ppl.items())}; BEST {old} -> {new}",
+              flush=True)
+        (run / "dev_ppl.json").write_text(json.dumps(ppl, indent=1))
+        if new != old:
+            best_file.write_text(new + "\n", encoding="utf-8")
+            (run / "result.json").unlink(missing_ok=True)
 
 
 def ngram_data(args) -> None:
@@ -248,12 +282,14 @@ def report(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["luong", "aer", "ngram-data", "ngram", "report"])
+    p.add_argument("what", choices=["luong", "aer", "ngram-data", "ngram", "report", "rebest"])
+    p.add_argument("--group", choices=["luong", "aer"], default="luong", help="rebest: the group")
     p.add_argument("--only", nargs="*")
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
     args = p.parse_args()
     os.chdir(ROOT)
-    {"luong": luong, "aer": aer, "ngram-data": ngram_data, "ngram": ngram, "report": report}[args.what](args)
+    {"luong": luong, "aer": aer, "ngram-data": ngram_data, "ngram": ngram, "report": report,
+     "rebest": rebest}[args.what](args)
 
 
 if __name__ == "__main__":
