@@ -206,6 +206,32 @@ def opennmt_env(threads: int) -> dict:
             "MKL_NUM_THREADS": str(threads)}
 
 
+def attnmt_env(threads: int) -> dict:
+    """This checkout's attnmt on ``threads`` threads."""
+    path = os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": path}
+
+
+def opennmt_translate(bin_dir: Path, ckpt: Path, data: Path, hyp_sp: Path) -> list[str]:
+    """The race's onmt_translate command (beam 5, batches of 64 sentences) of the test pieces."""
+    return [str(bin_dir / "onmt_translate"), "-model", str(ckpt), "-src", str(data / "test.sp.en"),
+            "-output", str(hyp_sp), "-beam_size", "5", "-batch_size", "64", "-batch_type", "sents", "-gpu", "-1"]
+
+
+def attnmt_translate(run_dir: Path, data: Path, hyp: Path, *flags: str) -> list[str]:
+    """The race's attnmt translation command (beam 5, batches of 64) of the test set into ``hyp``."""
+    return [sys.executable, "-m", "attnmt", "translate", "--model", str(run_dir), "--input",
+            str(data / "test.en"), "--output", str(hyp), "--beam", "5", "--batch-size", "64", *flags]
+
+
+def decode_pieces(path: Path, spm_model: Path) -> list[str]:
+    """OpenNMT-py's output pieces, one line each, as text (the sentencepiece model's decoding)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
 _ONMT_REPORT = re.compile(
     r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) INFO\] Step (\d+)/.*?bsz:\s*(\d+)/\s*(\d+)/\s*(\d+);"
 )
@@ -226,7 +252,6 @@ def opennmt_reports(log: Path) -> list[tuple[float, int, int]]:
 
 
 def race_opennmt(bin_dir: Path, data: Path, run_dir: Path, size: int, budget: float, threads: int) -> dict:
-    import sentencepiece as spm
     import yaml
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -270,11 +295,8 @@ def race_opennmt(bin_dir: Path, data: Path, run_dir: Path, size: int, budget: fl
     dev_tokens = target_pieces(data / "dev.sp.es")
     result["dev_ppl"] = round(float(__import__("math").exp(-logprob / dev_tokens)), 2)
     hyp_sp = run_dir / "test.hyp.sp"
-    took = run([str(bin_dir / "onmt_translate"), "-model", str(ckpt), "-src", str(data / "test.sp.en"),
-                "-output", str(hyp_sp), "-beam_size", "5", "-batch_size", "64", "-batch_type", "sents",
-                "-gpu", "-1"], run_dir / "translate.log", env)
-    sp = spm.SentencePieceProcessor(model_file=str(data / "spm.es.model"))
-    hyps = [sp.decode(line.split()) for line in hyp_sp.read_text(encoding="utf-8").splitlines()]
+    took = run(opennmt_translate(bin_dir, ckpt, data, hyp_sp), run_dir / "translate.log", env)
+    hyps = decode_pieces(hyp_sp, data / "spm.es.model")
     (run_dir / "test.hyp.es").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     refs = (data / "test.es").read_text(encoding="utf-8").splitlines()
     result.update(score(hyps, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
@@ -285,8 +307,7 @@ def race_opennmt(bin_dir: Path, data: Path, run_dir: Path, size: int, budget: fl
 def race_attnmt(data: Path, run_dir: Path, size: int, budget: float, threads: int, extra: list[str]) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)}
+    env = attnmt_env(threads)
     attnmt = [sys.executable, "-m", "attnmt"]  # this checkout's attnmt
     sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
             f"data.tgt_spm={data / 'spm.es.model'}", f"model.hidden={size}", f"train.threads={threads}",
@@ -321,16 +342,12 @@ def race_attnmt(data: Path, run_dir: Path, size: int, budget: float, threads: in
         raise RaceError(f"attnmt score failed: {ppl.stderr.strip()[-200:]}")
     result["dev_ppl"] = round(json.loads(ppl.stdout)["ppl"], 2)
     hyp = run_dir / "test.hyp.es"
-    took = run(attnmt + ["translate", "--model", str(run_dir), "--input", str(data / "test.en"),
-                         "--output", str(hyp), "--beam", "5", "--batch-size", "64"],
-               run_dir / "translate.log", env)
+    took = run(attnmt_translate(run_dir, data, hyp), run_dir / "translate.log", env)
     refs = (data / "test.es").read_text(encoding="utf-8").splitlines()
     hyps = hyp.read_text(encoding="utf-8").splitlines()
     result.update(score(hyps, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
     hyp8 = run_dir / "test.int8.hyp.es"
-    took = run(attnmt + ["translate", "--model", str(run_dir), "--input", str(data / "test.en"),
-                         "--output", str(hyp8), "--beam", "5", "--batch-size", "64", "--int8"],
-               run_dir / "translate.int8.log", env)
+    took = run(attnmt_translate(run_dir, data, hyp8, "--int8"), run_dir / "translate.int8.log", env)
     result.update(translate_int8_s=round(took, 1),
                   bleu_int8=score(hyp8.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
     return result

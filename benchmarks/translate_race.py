@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_race import ROOT, RaceError, opennmt_env, run, score  # noqa: E402
+from peer_race import (RaceError, attnmt_env, attnmt_translate, decode_pieces, opennmt_env,  # noqa: E402
+                       opennmt_translate, run, score)
 
 
 def commands(out: Path, size: int, bin_dir: Path, threads: int) -> dict[str, tuple[list[str], dict, Path]]:
@@ -34,28 +34,14 @@ def commands(out: Path, size: int, bin_dir: Path, threads: int) -> dict[str, tup
     ckpts = sorted(onmt.glob("model_step_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
     if not ckpts or not (ours / "checkpoints").is_dir():
         raise RaceError(f"no finished race at size {size} under {out} (run benchmarks/peer_race.py first)")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)}
-    attnmt = [sys.executable, "-m", "attnmt", "translate", "--model", str(ours), "--input",
-              str(data / "test.en"), "--beam", "5", "--batch-size", "64"]
+    env = attnmt_env(threads)
     return {
-        "opennmt": ([str(bin_dir / "onmt_translate"), "-model", str(ckpts[-1]), "-src", str(data / "test.sp.en"),
-                     "-output", str(onmt / "retime.hyp.sp"), "-beam_size", "5", "-batch_size", "64",
-                     "-batch_type", "sents", "-gpu", "-1"], opennmt_env(threads), onmt / "retime.hyp.sp"),
-        "attnmt": ([*attnmt, "--output", str(ours / "retime.hyp.es")], env, ours / "retime.hyp.es"),
-        "attnmt --int8": ([*attnmt, "--output", str(ours / "retime.int8.hyp.es"), "--int8"], env,
+        "opennmt": (opennmt_translate(bin_dir, ckpts[-1], data, onmt / "retime.hyp.sp"), opennmt_env(threads),
+                    onmt / "retime.hyp.sp"),
+        "attnmt": (attnmt_translate(ours, data, ours / "retime.hyp.es"), env, ours / "retime.hyp.es"),
+        "attnmt --int8": (attnmt_translate(ours, data, ours / "retime.int8.hyp.es", "--int8"), env,
                           ours / "retime.int8.hyp.es"),
     }
-
-
-def translations(path: Path, spm_model: Path | None) -> list[str]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if spm_model is None:
-        return lines
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
-    return [sp.decode(line.split()) for line in lines]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             for rnd in range(1, args.rounds + 1):
                 for name, (cmd, env, hyp) in cmds.items():
                     took = run(cmd, hyp.with_suffix(".log"), env)
-                    spm_model = out / "data" / "spm.es.model" if name == "opennmt" else None
-                    bleu[name] = score(translations(hyp, spm_model), refs)["bleu"]
+                    hyps = (decode_pieces(hyp, out / "data" / "spm.es.model") if name == "opennmt"
+                            else hyp.read_text(encoding="utf-8").splitlines())
+                    bleu[name] = score(hyps, refs)["bleu"]
                     times[name].append(round(took, 1))
                     print(json.dumps({"size": size, "round": rnd, "command": name, "seconds": round(took, 1),
                                       "bleu": bleu[name]}), flush=True)
