@@ -45,7 +45,7 @@ def _loss_and_grads(model: Seq2Seq, need_weights: bool):
     return loss.detach(), state, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("score", ["dot", "general", "location"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_fused_decoder_equals_step_loop(score, layers):
     model = _model(score, layers)
@@ -61,7 +61,7 @@ def test_fused_decoder_equals_step_loop(score, layers):
 
 
 def test_other_attentions_keep_the_step_loop():
-    for kind, score in (("global", "concat"), ("global", "location"), ("local-p", "general")):
+    for kind, score in (("global", "concat"), ("local-p", "general"), ("local-m", "dot")):
         cfg = ModelConfig(layers=1, hidden=6, embed=5, attention=kind, score=score, input_feed=True)
         model = Seq2Seq(cfg, 15, 13)
         assert not model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False), (kind, score)
@@ -77,14 +77,16 @@ def test_fused_loop_gradcheck_with_dropout(layers):
     keys, values, w_c = d(B, S, H), d(B, S, H), d(H, 2 * H)
     weights = [d(4 * H, 2 * H) for _ in range(L)]
     biases = [d(4 * H) for _ in range(L - 1)]
-    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    inside = torch.tensor([[True, True, True, False], [True, True, True, True]]).unsqueeze(1)
+    bias = d(1, 1, S)  # a location score's b_a, shared by the rows; −inf outside the sentence
 
-    def f(emb_gates, h0, c0, feed0, keys, values, w_c, *params):
+    def f(emb_gates, h0, c0, feed0, keys, values, bias, w_c, *params):
         torch.manual_seed(1)
-        return input_feeding_loop(emb_gates, h0, c0, feed0, keys, values, mask, w_c,
+        score_bias = torch.where(inside, bias, float("-inf"))
+        return input_feeding_loop(emb_gates, h0, c0, feed0, keys, values, score_bias, w_c,
                                   list(params[:L]), list(params[L:]), 0.3)[0]
 
-    assert torch.autograd.gradcheck(f, (emb_gates, h0, c0, feed0, keys, values, w_c, *weights, *biases))
+    assert torch.autograd.gradcheck(f, (emb_gates, h0, c0, feed0, keys, values, bias, w_c, *weights, *biases))
 
 
 def test_fused_lstm_layer_gradcheck():

@@ -90,9 +90,30 @@ class GlobalAttention(nn.Module):
             self.score = ScoreFunction(score, query_dim, memory_dim)
 
     @property
-    def dot_product_keys(self) -> bool:
-        """score(h_t, h̄_s) = h_tᵀ keys_s (dot, general): decoders may fuse the step loop."""
-        return self.score_kind in ("dot", "general")
+    def dot_product_scores(self) -> bool:
+        """score(h_t, s) = h_tᵀ k_s + b_s (dot, general, location): decoders may fuse the step
+        loop over ``dot_scores``."""
+        return self.score_kind in ("dot", "general", "location")
+
+    def dot_scores(self, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys k (B, S, d) and bias b (B, 1, S) with score(h_t, s) + mask = h_tᵀ k_s + b_s, for
+        a decoder that fuses its step loop (models/fused_rnn.py): dot and general read
+        memory.keys (h̄_s or W_a h̄_s) with b = 0; location reads the rows of W_a for positions
+        0..S−1 with their biases (W_a h_t = h_tᵀ W_a[s] + b_a[s]). b = −inf outside the sentence."""
+        B, S = memory.mask.shape
+        outside = ~memory.mask.unsqueeze(1)  # (B, 1, S)
+        if self.score_kind == "location":
+            self._check_length(S)
+            keys = self.W_a.weight[:S].unsqueeze(0).expand(B, S, -1)
+            return keys, self.W_a.bias[:S].expand(B, 1, S).masked_fill(outside, float("-inf"))
+        if self.score_kind not in ("dot", "general"):
+            raise ValueError(f"the {self.score_kind} score is not a dot product")
+        bias = memory.keys.new_zeros(B, 1, S).masked_fill_(outside, float("-inf"))
+        return memory.keys, bias
+
+    def _check_length(self, S: int) -> None:
+        if S > self.max_src_len:
+            raise ValueError(f"source length {S} exceeds the location score's max_src_len {self.max_src_len}")
 
     def prepare(self, values: torch.Tensor, mask: torch.Tensor) -> Memory:
         keys = values if self.score_kind == "location" else self.score.keys(values)
@@ -114,10 +135,7 @@ class GlobalAttention(nn.Module):
             context, weights = self(entry_query, replace(memory, rows=1), positions, need_weights)
             return context.reshape(R, T, -1), weights.reshape(R, T, -1)
         if self.score_kind == "location":
-            if S > self.max_src_len:
-                raise ValueError(
-                    f"source length {S} exceeds the location score's max_src_len {self.max_src_len}"
-                )
+            self._check_length(S)
             scores = self.W_a(query)[..., :S]  # W_a h_t: (B, T, S)
         else:
             scores = self.score(query, memory.keys)  # (B, T, S)

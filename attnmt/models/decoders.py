@@ -217,14 +217,15 @@ class LuongDecoder(nn.Module):
     # -- training on CPU: the whole input-feeding loop with a hand-written backward ------------
     def _fusable(self, memory: Memory | None, need_weights: bool) -> bool:
         """Teacher forcing with autograd on CPU, outside autocast, with an attention whose score is
-        a dot product with memory.keys (global dot/general): models/fused_rnn.py applies."""
+        a dot product with keys plus a bias (global dot/general/location): models/fused_rnn.py
+        applies."""
         return (
             torch.is_grad_enabled()
             and not need_weights
             and memory is not None
             and memory.keys.device.type == "cpu"
             and not torch.is_autocast_enabled("cpu")
-            and getattr(self.attention, "dot_product_keys", False)
+            and getattr(self.attention, "dot_product_scores", False)
         )
 
     def _fused_features(
@@ -241,9 +242,10 @@ class LuongDecoder(nn.Module):
             weights.append(torch.cat([w_ih, w_hh], dim=1))
             biases.append(getattr(rnn, f"bias_ih_l{layer}") + getattr(rnn, f"bias_hh_l{layer}"))
         p = self.dropout.p if self.training else 0.0
+        keys, score_bias = self.attention.dot_scores(memory)
         features, h_n, c_n = input_feeding_loop(
-            emb_gates, state["h"], state["c"], state["feed"], memory.keys, memory.values,
-            memory.mask, self.W_c.weight, weights, biases, p,
+            emb_gates, state["h"], state["c"], state["feed"], keys, memory.values,
+            score_bias, self.W_c.weight, weights, biases, p,
         )
         return features, {"h": h_n, "c": c_n, "feed": features[:, -1]}, None
 

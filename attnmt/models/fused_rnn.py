@@ -11,7 +11,7 @@ is ONE product over all B·T rows at the end, e.g.
 
 Same functions, same gradients (tests/test_fused_rnn.py checks both against autograd); only the
 order of floating-point sums differs. Used by the LSTM encoder and the input-feeding decoder with
-dot/general attention when autograd is on, on CPU, outside autocast.
+dot/general/location attention when autograd is on, on CPU, outside autocast.
 
 LSTM cell (PyTorch's gate order i, f, g, o):
     [i, f, g, o] = [σ, σ, tanh, σ](W [x_t; h_{t-1}] + b)
@@ -112,20 +112,21 @@ def lstm_layer(proj: torch.Tensor, w_hh: torch.Tensor) -> tuple[torch.Tensor, to
     return _LSTMLayer.apply(proj, w_hh)
 
 
-# -- the input-feeding decoder with dot/general attention ---------------------------------------
+# -- the input-feeding decoder with dot/general/location attention ------------------------------
 class _InputFeedingLoop(torch.autograd.Function):
     """Teacher-forced steps of the Luong decoder (models/decoders.py), t = 0 .. T-1:
 
         layer 0:  gates = emb_gates_t + W_0 [h̃_{t-1} ⊙ m_t ; h⁰_{t-1}]
         layer l:  gates = b_l + W_l [h^{l-1}_t ⊙ m^{l-1}_t ; h^l_{t-1}]
-        a_t = softmax_mask(K h_t),  c_t = a_tᵀ V,  h̃_t = tanh(W_c [c_t; h_t])
+        a_t = softmax(K h_t + b),  c_t = a_tᵀ V,  h̃_t = tanh(W_c [c_t; h_t])
 
-    with h_t the top layer's state, K = W_a h̄ (general) or h̄ (dot), V = h̄, and dropout masks m
+    with h_t the top layer's state, K = W_a h̄ (general), h̄ (dot) or the location score's rows
+    of W_a, b its bias (location) or 0, and −inf outside the sentence, V = h̄, and dropout masks m
     drawn once for all steps. Returns the dropped-out h̃_t for all t (B, T, H) — the input of the
     output layer — and the final state (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, emb_gates, h0, c0, feed0, keys, values, mask, w_c, p, n_layers, *params):
+    def forward(ctx, emb_gates, h0, c0, feed0, keys, values, score_bias, w_c, p, n_layers, *params):
         T, B, _ = emb_gates.shape
         L, H, d_mem = n_layers, h0.size(2), values.size(2)
         weights, biases = params[:L], (None,) + params[L:]
@@ -147,7 +148,6 @@ class _InputFeedingLoop(torch.autograd.Function):
             inputs[layer][0][:, n_in[layer] :] = h0[:, layer]
             cs[layer][0] = c0[:, layer]
         inputs[0][0][:, : n_in[0]] = feed0
-        not_mask = ~mask.unsqueeze(1)  # (B, 1, S)
         keys_t = keys.transpose(1, 2)  # (B, d, S): h_t K^T as a row-vector product is the fast bmm
         w_p = [pack(w, B) for w in weights]
         w_c_p = pack(w_c, B)
@@ -167,7 +167,7 @@ class _InputFeedingLoop(torch.autograd.Function):
                         torch.mul(h, layer_masks[layer][t], out=above)
             cat = ctx_top[t]
             cat[:, d_mem:] = h  # the top layer's h_t
-            scores = torch.bmm(cat[:, d_mem:].unsqueeze(1), keys_t).masked_fill_(not_mask, float("-inf"))
+            scores = torch.baddbmm(score_bias, cat[:, d_mem:].unsqueeze(1), keys_t)  # K h_t + b
             a = torch.softmax(scores, dim=2)  # (B, 1, S)
             attn[t] = a.squeeze(1)
             cat[:, :d_mem] = torch.bmm(a, values).squeeze(1)  # c_t
@@ -236,9 +236,10 @@ class _InputFeedingLoop(torch.autograd.Function):
         top = ctx_top[..., d_mem:].transpose(0, 1)  # (B, T, H)
         d_keys = torch.bmm(d_scores.permute(1, 2, 0), top)  # Σ_t ∂L/∂s_tᵀ h_t: (B, S, H)
         d_values = torch.bmm(attn.permute(1, 2, 0), d_cat[..., :d_mem].transpose(0, 1))  # Σ_t a_tᵀ ∂L/∂c_t
+        d_bias = d_scores.sum(0).unsqueeze(1) if ctx.needs_input_grad[6] else None  # (B, 1, S)
         d_h0 = torch.stack(dh, 1)
         d_c0 = torch.stack(dc, 1)
-        return (d_gates[0], d_h0, d_c0, d_feed, d_keys, d_values, None, d_w_c, None, None,
+        return (d_gates[0], d_h0, d_c0, d_feed, d_keys, d_values, d_bias, d_w_c, None, None,
                 *d_weights, *d_biases)
 
 
@@ -249,7 +250,7 @@ def input_feeding_loop(
     feed0: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
-    mask: torch.Tensor,
+    score_bias: torch.Tensor,
     w_c: torch.Tensor,
     weights: list[torch.Tensor],
     biases: list[torch.Tensor],
@@ -260,9 +261,10 @@ def input_feeding_loop(
     emb_gates (T, B, 4H), time-major: layer 0's embedding half of the gates plus its bias;
     h0, c0 (B, L, H);
     feed0 (B, H): the h̃ fed to the first step;
-    keys, values (B, S, d); mask (B, S) bool; w_c (H, d + H); weights[l] = [W_ih | W_hh] of layer l
+    keys, values (B, S, d); score_bias (B, 1, S): added to the scores, −inf outside the sentence
+    (GlobalAttention.dot_scores); w_c (H, d + H); weights[l] = [W_ih | W_hh] of layer l
     (layer 0 without its embedding columns); biases[l - 1] = b_ih + b_hh of layer l ≥ 1.
     Returns h̃ after dropout (B, T, H) and the final (h, c), (B, L, H) each."""
     return _InputFeedingLoop.apply(
-        emb_gates, h0, c0, feed0, keys, values, mask, w_c, float(dropout), len(weights), *weights, *biases
+        emb_gates, h0, c0, feed0, keys, values, score_bias, w_c, float(dropout), len(weights), *weights, *biases
     )
