@@ -6,6 +6,7 @@
     python experiments/replication.py ngram  [--seed N] [--only NAME ...]   NgramRes, multi-domain LM
     python experiments/replication.py report                               means, per-seed values, paired Δ
     python experiments/replication.py rebest --group G [--only NAME ...]   BEST again from every checkpoint
+    python experiments/replication.py diagonal [--seed N] [--lines N]     how diagonal the Luong rows attend
 
 The window rows (Transformer, relative, localness, window and paper-window variants) and the
 classification tasks (agreement-hard included) run through experiments/window_attention.py;
@@ -245,7 +246,7 @@ def report(args) -> None:
             return
         base = order[0]
         print(f"\n{group}: {metric} (Δ: row − {base}, same seed)")
-        print(f"| row | seeds | mean | per seed | paired Δ (per seed) | Δ signs agree |")
+        print("| row | seeds | mean | per seed | paired Δ (per seed) | Δ signs agree |")
         print("|---|---|---|---|---|---|")
         for name in [n for n in order if n in runs]:
             seeds = sorted(runs[name])
@@ -280,16 +281,55 @@ def report(args) -> None:
               lambda r, d=d: r["domains"][d]["ngramres alpha=0.5"]["word_ppl"])
 
 
+def diagonal(args) -> None:
+    """How closely each Luong row's attention follows the diagonal: the first ``--lines`` test
+    pairs are force-decoded (attnmt.decode.force, reversal undone, the row that predicts each
+    piece); per sentence the correlation between the attention's centre Σ_s s·a_t(s) and the
+    target position t, and the mean |centre/S − t/T|; averaged over sentences (T ≥ 3). Bible
+    verses are close to monotone, so a model that aligns scores near 1 and near 0. Writes
+    RUN/diagonal.json and prints one JSON line per run."""
+    import torch
+
+    from attnmt.decode.force import force_attention, output_rows
+    from attnmt.runs.loader import load_run
+
+    torch.set_num_threads(THREADS)
+    src = (ROOT / BIBLE / "test.en").read_text(encoding="utf-8").splitlines()[: args.lines]
+    ref = (ROOT / BIBLE / "test.es").read_text(encoding="utf-8").splitlines()[: args.lines]
+    for name, _, _ in LUONG:
+        run_path = run_dir("luong", name, args.seed)
+        if name == "base" or not (run_path / "result.json").exists():
+            continue
+        run = load_run(run_path, device="cpu")
+        tgt_ids = [run.tgt_tok.encode(line) for line in ref]
+        corr, offset = [], []
+        for rows, ids in zip(force_attention(run, src, tgt_ids), tgt_ids):
+            a = output_rows(rows, len(ids), "predicted")  # (T, S)
+            T, S = a.shape
+            if T < 3 or S < 2:
+                continue
+            centre = (a * torch.arange(S, dtype=a.dtype)).sum(1) / a.sum(1)
+            t = torch.arange(T, dtype=a.dtype)
+            corr.append(float(torch.corrcoef(torch.stack([centre, t]))[0, 1]))
+            offset.append(float((centre / (S - 1) - t / (T - 1)).abs().mean()))
+        result = {"name": name, "seed": args.seed, "sentences": len(corr),
+                  "corr_centre_position": round(sum(corr) / len(corr), 3),
+                  "mean_abs_offset": round(sum(offset) / len(offset), 3)}
+        (run_path / "diagonal.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps(result), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["luong", "aer", "ngram-data", "ngram", "report", "rebest"])
+    p.add_argument("what", choices=["luong", "aer", "ngram-data", "ngram", "report", "rebest", "diagonal"])
     p.add_argument("--group", choices=["luong", "aer"], default="luong", help="rebest: the group")
     p.add_argument("--only", nargs="*")
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
+    p.add_argument("--lines", type=int, default=300, help="diagonal: the first N test pairs")
     args = p.parse_args()
     os.chdir(ROOT)
     {"luong": luong, "aer": aer, "ngram-data": ngram_data, "ngram": ngram, "report": report,
-     "rebest": rebest}[args.what](args)
+     "rebest": rebest, "diagonal": diagonal}[args.what](args)
 
 
 if __name__ == "__main__":
