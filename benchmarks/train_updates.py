@@ -13,6 +13,7 @@ does for a plain Seq2Seq. Target pieces (</s> included, padding not) per second.
 
     python benchmarks/train_updates.py --data runs/peer_race/data --hidden 512 --runs 3
     python benchmarks/train_updates.py --data runs/peer_race/data --hidden 512 --runs 3 --row-groups 1
+    python benchmarks/train_updates.py --data runs/peer_race/data --hidden 512 --runs 1 --processes 2 --profile
     PYTHONPATH=/path/to/other/checkout python benchmarks/train_updates.py ...   # the other variant
 
 Prints one JSON line per run and a one-line summary (median, min, max).
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int, row_groups: int,
-            processes: int = 1) -> dict:
+            processes: int = 1, profile: bool = False) -> dict:
     import sentencepiece as spm
     import torch
 
@@ -81,14 +82,33 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
 
     for b in batches[:3]:
         update(b)
+    profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else None
+    if profiler is not None:
+        profiler.start()
     start, pieces = time.perf_counter(), 0
     for b in batches[3:]:
         pieces += update(b)
     took = time.perf_counter() - start
+    shares = None
+    if profiler is not None:
+        profiler.stop()
+        shares = time_shares(profiler.key_averages())
     if workers is not None:
         workers.close()
     return {"hidden": hidden, "threads": threads, "row_groups": row_groups, "processes": processes, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
-            "s_per_update": round(took / (len(batches) - 3), 4), "attnmt": str(Path(attnmt.__file__).parent)}
+            "s_per_update": round(took / (len(batches) - 3), 4), "attnmt": str(Path(attnmt.__file__).parent),
+            **({"profile": shares} if shares is not None else {})}
+
+
+def time_shares(events) -> dict:
+    """Shares of this process's operator time (self CPU): the per-step products on packed
+    weights (oneDNN linear), the large products (mm/addmm: input projections of all steps, weight
+    gradients, the output layer), and the rest (element-wise gates, attention, copies, optimizer)."""
+    total = sum(e.self_cpu_time_total for e in events)
+    step = sum(e.self_cpu_time_total for e in events if e.key.startswith("mkldnn::_linear_pointwise"))
+    large = sum(e.self_cpu_time_total for e in events if e.key in ("aten::mm", "aten::addmm"))
+    return {"step_products": round(step / total, 3), "large_products": round(large / total, 3),
+            "other": round((total - step - large) / total, 3)}
 
 
 def main() -> None:
@@ -101,6 +121,7 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1, help="train.row_processes: rows split over this many processes")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes, one after the other")
     ap.add_argument("--sentences", type=int, default=12000, help="first N training pairs to batch")
+    ap.add_argument("--profile", action="store_true", help="also the trainer process's operator time by kind (torch.profiler; slows the run)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     data = Path(args.data)
@@ -110,7 +131,7 @@ def main() -> None:
             sys.exit(2)
     if args.child:
         print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences, args.row_groups,
-                                    args.processes)))
+                                    args.processes, args.profile)))
         return
     rates = []
     for _ in range(args.runs):
