@@ -113,7 +113,9 @@ class GlobalAttention(nn.Module):
 
     def _check_length(self, S: int) -> None:
         if S > self.max_src_len:
-            raise ValueError(f"source length {S} exceeds the location score's max_src_len {self.max_src_len}")
+            raise ValueError(
+                f"source length {S} exceeds the location score's max_src_len {self.max_src_len}"
+            )
 
     def prepare(self, values: torch.Tensor, mask: torch.Tensor) -> Memory:
         keys = values if self.score_kind == "location" else self.score.keys(values)

@@ -266,5 +266,6 @@ def input_feeding_loop(
     (layer 0 without its embedding columns); biases[l - 1] = b_ih + b_hh of layer l ≥ 1.
     Returns h̃ after dropout (B, T, H) and the final (h, c), (B, L, H) each."""
     return _InputFeedingLoop.apply(
-        emb_gates, h0, c0, feed0, keys, values, score_bias, w_c, float(dropout), len(weights), *weights, *biases
+        emb_gates, h0, c0, feed0, keys, values, score_bias, w_c, float(dropout), len(weights),
+        *weights, *biases,
     )
