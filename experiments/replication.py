@@ -6,7 +6,7 @@
     python experiments/replication.py ngram  [--seed N] [--only NAME ...]   NgramRes, multi-domain LM
     python experiments/replication.py report                               means, per-seed values, paired Δ
     python experiments/replication.py rebest --group G [--only NAME ...]   BEST again from every checkpoint
-    python experiments/replication.py diagonal [--seed N] [--lines N]     how diagonal the Luong rows attend
+    python experiments/replication.py diagonal [--seed N] [--only NAME ...] how diagonal the Luong rows attend
 
 The window rows (Transformer, relative, localness, window and paper-window variants) and the
 classification tasks (agreement-hard included) run through experiments/window_attention.py;
@@ -298,7 +298,7 @@ def diagonal(args) -> None:
     ref = (ROOT / BIBLE / "test.es").read_text(encoding="utf-8").splitlines()[: args.lines]
     for name, _, _ in LUONG:
         run_path = run_dir("luong", name, args.seed)
-        if name == "base" or not (run_path / "result.json").exists():
+        if name == "base" or (args.only and name not in args.only) or not (run_path / "result.json").exists():
             continue
         run = load_run(run_path, device="cpu")
         tgt_ids = [run.tgt_tok.encode(line) for line in ref]
