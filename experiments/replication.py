@@ -310,7 +310,9 @@ def diagonal(args) -> None:
                 continue
             centre = (a * torch.arange(S, dtype=a.dtype)).sum(1) / a.sum(1)
             t = torch.arange(T, dtype=a.dtype)
-            corr.append(float(torch.corrcoef(torch.stack([centre, t]))[0, 1]))
+            r = float(torch.corrcoef(torch.stack([centre, t]))[0, 1])
+            if r == r:  # NaN when the centre never moves: no correlation to average
+                corr.append(r)
             offset.append(float((centre / (S - 1) - t / (T - 1)).abs().mean()))
         result = {"name": name, "seed": args.seed, "sentences": len(corr),
                   "corr_centre_position": round(sum(corr) / len(corr), 3),
