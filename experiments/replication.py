@@ -241,23 +241,28 @@ def report(args) -> None:
         return out
 
     def table(group: str, order: list[str], metric: str, get) -> None:
+        compare(group, metric, [(name, name, get) for name in order])
+
+    def compare(group: str, metric: str, rows: list[tuple]) -> None:
+        """rows: (label, run name, value of a run's result); Δ to the first row, seed by seed."""
         runs = results(group)
-        if not runs:
+        rows = [row for row in rows if row[1] in runs]
+        if not rows:
             return
-        base = order[0]
-        print(f"\n{group}: {metric} (Δ: row − {base}, same seed)")
+        base_label, base, base_get = rows[0]
+        print(f"\n{group}: {metric} (Δ: row − {base_label}, same seed)")
         print("| row | seeds | mean | per seed | paired Δ (per seed) | Δ signs agree |")
         print("|---|---|---|---|---|---|")
-        for name in [n for n in order if n in runs]:
+        for label, name, get in rows:
             seeds = sorted(runs[name])
             values = [get(runs[name][s]) for s in seeds]
-            shared = [s for s in seeds if s in runs.get(base, {})]
-            diffs = [get(runs[name][s]) - get(runs[base][s]) for s in shared]
+            diffs = [get(runs[name][s]) - base_get(runs[base][s]) for s in seeds if s in runs[base]]
+            first = label == base_label
             delta = (f"{sum(diffs) / len(diffs):+.2f} ({', '.join(f'{x:+.2f}' for x in diffs)})"
-                     if diffs and name != base else "–")
+                     if diffs and not first else "–")
             agree = ("yes" if len(diffs) >= 3 and (all(x > 0 for x in diffs) or all(x < 0 for x in diffs))
-                     else "no" if name != base else "–")
-            print(f"| {name} | {len(seeds)} | {sum(values) / len(values):.2f} | "
+                     else "no" if not first else "–")
+            print(f"| {label} | {len(seeds)} | {sum(values) / len(values):.2f} | "
                   f"{', '.join(f'{v:.2f}' for v in values)} | {delta} | {agree} |")
 
     luong_order = [n for n, _, _ in LUONG]
@@ -271,15 +276,19 @@ def report(args) -> None:
     table("aer", aer_order, "test BLEU", lambda r: r["bleu"])
     reversed_pair = ["global-general-feed", "local-p-general-feed"]  # both on reversed sources
     table("aer", reversed_pair, "AER, local-p vs its reversed global control", lambda r: r["aer"])
-    for d in DOMAIN_NAMES:
-        mixed = {"plain": "neural", "ngramres-domains": "ngramres alpha=0.5", "ngramres-mixed": "ngramres alpha=0.5"}
-        for name, setting in mixed.items():
-            table("ngram", [name], f"{d}: word ppl, {setting}", lambda r, d=d, s=setting: r["domains"][d][s]["word_ppl"])
-        table("ngram", ["ngramres-mixed"], f"{d}: word ppl, mixed-trained NgramRes with the {d} 5-gram swapped in",
-              lambda r, d=d: r["domains"][d]["ngramres alpha=0.5 (own 5-gram swapped in)"]["word_ppl"])
-        table("ngram", [f"ngramres-own-{d}"], f"{d}: word ppl, per-domain NgramRes (own text, own 5-gram)",
-              lambda r, d=d: r["domains"][d]["ngramres alpha=0.5"]["word_ppl"])
+    for d in DOMAIN_NAMES:  # word-level perplexity; the per-piece one is in each result.json
+        def word_ppl(setting: str, d: str = d):
+            return lambda r: r["domains"][d][setting]["word_ppl"]
 
+        compare("ngram", f"{d} test: word perplexity", [
+            ("LSTM LM on the mix", "plain", word_ppl("neural")),
+            ("NgramRes, each domain's own 5-gram in training and test (paper)", "ngramres-domains",
+             word_ppl("ngramres alpha=0.5")),
+            ("NgramRes, mixed 5-gram in training, own 5-gram swapped in at test", "ngramres-mixed",
+             word_ppl("ngramres alpha=0.5 (own 5-gram swapped in)")),
+            ("NgramRes, mixed 5-gram in training and test", "ngramres-mixed", word_ppl("ngramres alpha=0.5")),
+            ("NgramRes on this domain's text alone, its 5-gram", f"ngramres-own-{d}", word_ppl("ngramres alpha=0.5")),
+        ])
 
 def diagonal(args) -> None:
     """How closely each Luong row's attention follows the diagonal: the first ``--lines`` test

@@ -261,20 +261,23 @@ def report(args) -> None:
         diffs = [metric(r) - metric(base_by_seed[(r.get("seed", 1), r["steps"])]) for r in rs
                  if (r.get("seed", 1), r["steps"]) in base_by_seed]
         if not diffs or rs[0]["name"] == base:
-            return "–"
-        return f"{mean(diffs):+.2f} ({', '.join(f'{d:+.2f}' for d in diffs)})"
+            return "– | –"
+        agree = "yes" if len(diffs) >= 3 and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)) else "no"
+        return f"{mean(diffs):+.2f} ({', '.join(f'{d:+.2f}' for d in diffs)}) | {agree}"
 
     nmt_runs = rows("nmt")
-    print("| NMT run | seeds | params | dev ppl | test BLEU | Δ BLEU vs Transformer, same seeds | BLEU (tok) | chrF |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| NMT run | seeds | params | dev ppl | test BLEU | Δ BLEU vs Transformer, same seeds | "
+          "signs agree (≥ 3 seeds) | BLEU (tok) | chrF |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, rs in by_name(nmt_runs, [n for n, _, _ in NMT]):
         bleu = [r["bleu"] for r in rs]
         print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
               f"{mean(bleu):.2f}{spread(bleu)} | {paired(rs, nmt_runs, 'transformer', lambda r: r['bleu'])} | "
               f"{mean([r['bleu_tok'] for r in rs]):.2f} | {mean([r['chrf'] for r in rs]):.1f} |")
     lm_runs = rows("lm")
-    print("\n| LM (dec. self-attn) | seeds | params | dev ppl | test ppl | Δ test ppl vs standard, same seeds |")
-    print("|---|---|---|---|---|---|")
+    print("\n| LM (dec. self-attn) | seeds | params | dev ppl | test ppl | Δ test ppl vs standard, same seeds | "
+          "signs agree |")
+    print("|---|---|---|---|---|---|---|")
     for name, rs in by_name(lm_runs, LM_VARIANTS):
         ppl = [r["test"]["ppl"] for r in rs]
         print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
@@ -286,9 +289,9 @@ def report(args) -> None:
             continue
         groups = sorted({g for _, rs in results for r in rs for g in r["test"]["by_group"]}, key=lambda g: (len(g), g))
         head = " | ".join(f"{g} attr." for g in groups)
-        print(f"\n| {task} (enc. self-attn) | seeds | dev acc. | test acc. | Δ vs standard, same seeds |"
+        print(f"\n| {task} (enc. self-attn) | seeds | dev acc. | test acc. | Δ vs standard, same seeds | signs agree |"
               + (f" {head} |" if head else ""))
-        print("|---|---|---|---|---|" + "---|" * len(groups))
+        print("|---|---|---|---|---|---|" + "---|" * len(groups))
         for name, rs in results:
             acc = [r["test"]["accuracy"] for r in rs]
             cells = " | ".join(f"{mean([r['test']['by_group'][g]['accuracy'] for r in rs]) * 100:.1f}" for g in groups)
