@@ -281,13 +281,14 @@ def report(args) -> None:
             return lambda r: r["domains"][d][setting]["word_ppl"]
 
         compare("ngram", f"{d} test: word perplexity", [
-            ("LSTM LM on the mix", "plain", word_ppl("neural")),
             ("NgramRes, each domain's own 5-gram in training and test (paper)", "ngramres-domains",
              word_ppl("ngramres alpha=0.5")),
             ("NgramRes, mixed 5-gram in training, own 5-gram swapped in at test", "ngramres-mixed",
              word_ppl("ngramres alpha=0.5 (own 5-gram swapped in)")),
             ("NgramRes, mixed 5-gram in training and test", "ngramres-mixed", word_ppl("ngramres alpha=0.5")),
             ("NgramRes on this domain's text alone, its 5-gram", f"ngramres-own-{d}", word_ppl("ngramres alpha=0.5")),
+            ("the domain's 5-gram alone", "ngramres-domains", word_ppl("ngram")),
+            ("LSTM LM on the mix (no n-gram)", "plain", word_ppl("neural")),
         ])
 
 def diagonal(args) -> None:
