@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int, row_groups: int,
-            processes: int = 1, profile: bool = False) -> dict:
+            processes: int = 1, profile: bool = False, bf16: bool = False) -> dict:
     import sentencepiece as spm
     import torch
 
@@ -41,11 +41,15 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
     from attnmt.config import load_config
     from attnmt.data.batching import filter_by_length, iterate_batches, make_batches
     from attnmt.data.vocab import SPECIALS
+    from attnmt.models.packed import native_bf16, set_bf16_products
     from attnmt.models.seq2seq import Seq2Seq
     from attnmt.train.row_groups import grouped_backward, groups_for
     from attnmt.train.row_processes import RowProcesses
 
     torch.set_num_threads(threads)
+    if bf16 and not native_bf16():
+        raise SystemExit("train_updates: --bf16: this CPU has no native bfloat16 products")
+    set_bf16_products(bf16)  # as the trainer's train.amp on such a CPU
     cfg = load_config(str(ROOT / "configs" / "race-lstm.yaml"))
     cfg.model.hidden = hidden
     ids = {}
@@ -95,7 +99,7 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
         shares = time_shares(profiler.key_averages())
     if workers is not None:
         workers.close()
-    return {"hidden": hidden, "threads": threads, "row_groups": row_groups, "processes": processes, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
+    return {"hidden": hidden, "threads": threads, "row_groups": row_groups, "processes": processes, "bf16": bf16, "updates": len(batches) - 3, "tgt_tok_s": round(pieces / took, 1),
             "s_per_update": round(took / (len(batches) - 3), 4), "attnmt": str(Path(attnmt.__file__).parent),
             **({"profile": shares} if shares is not None else {})}
 
@@ -119,6 +123,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--row-groups", type=int, default=0, help="train.row_groups (0 auto, 1 off)")
     ap.add_argument("--processes", type=int, default=1, help="train.row_processes: rows split over this many processes")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 products (train.amp on a CPU with bfloat16 units)")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes, one after the other")
     ap.add_argument("--sentences", type=int, default=12000, help="first N training pairs to batch")
     ap.add_argument("--profile", action="store_true", help="also the trainer process's operator time by kind (torch.profiler; slows the run)")
@@ -131,7 +136,7 @@ def main() -> None:
             sys.exit(2)
     if args.child:
         print(json.dumps(one_run(data, args.hidden, args.updates, args.threads, args.sentences, args.row_groups,
-                                    args.processes, args.profile)))
+                                    args.processes, args.profile, args.bf16)))
         return
     rates = []
     for _ in range(args.runs):
@@ -143,7 +148,8 @@ def main() -> None:
         record = json.loads(out.stdout.strip().splitlines()[-1])
         print(json.dumps(record), flush=True)
         rates.append(record["tgt_tok_s"])
-    print(f"hidden {args.hidden}, {args.threads} threads, row_groups {args.row_groups}, processes {args.processes}, {args.runs} runs: median {statistics.median(rates):.0f} "
+    print(f"hidden {args.hidden}, {args.threads} threads, row_groups {args.row_groups}, processes {args.processes}, "
+          f"bf16 {args.bf16}, {args.runs} runs: median {statistics.median(rates):.0f} "
           f"target pieces/s (min {min(rates):.0f}, max {max(rates):.0f})")
 
 

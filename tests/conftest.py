@@ -3,7 +3,7 @@
 ``tiny_corpus`` writes a synthetic English→Spanish-like corpus (a small grammar with adjective-noun
 reordering and gender agreement, so attention has something non-diagonal to show) and a matching
 1-layer, hidden-32 config. ``tiny_run`` trains that config for a few seconds, once per session;
-the serving tests translate with it.
+the serving tests translate with it. Every test trains in float32 (``_float32_training``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ data: {{train: {d}/train, dev: {d}/dev, src: en, tgt: es, tokenizer: word,
 model: {{type: lstm, layers: 1, hidden: 32, embed: 32, attention: global, score: general,
          input_feed: true, dropout: 0.0}}
 train: {{optimizer: adam, lr: 0.03, warmup: 50, epochs: 4, batch_size: 32, batch_by: sents,
-         clip: 5.0, init_uniform: 0.1, seed: 1, device: cpu, threads: 1, log_every: 10}}
+         clip: 5.0, init_uniform: 0.1, seed: 1, device: cpu, threads: 1, log_every: 10,
+         amp: false}}
 """
 
 
@@ -88,6 +89,16 @@ train: {{optimizer: adam, lr: 0.03, warmup: 50, epochs: 4, batch_size: 32, batch
 class TinyCorpus:
     directory: Path
     config: Path  # a YAML config training on it (overridable with --set style overrides)
+
+
+@pytest.fixture(autouse=True)
+def _float32_training(monkeypatch):
+    """In-process trainers train in float32 on every machine: bfloat16 products (train.amp on a
+    CPU with bfloat16 units) would make results depend on the CPU. tests/test_bf16_products.py
+    tests that path."""
+    from attnmt.train import training
+
+    monkeypatch.setattr(training, "native_bf16", lambda: False)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
 from attnmt.models import packed
 from attnmt.models.fused_rnn import dropout, input_feeding_loop
+from attnmt.models.packed import product
 
 
 class LuongDecoder(nn.Module):
@@ -234,7 +235,7 @@ class LuongDecoder(nn.Module):
         """``features`` through fused_rnn.input_feeding_loop: the same function and gradients."""
         rnn, E = self.rnn, self.embed_dim
         emb = dropout(self.embedding(tgt_in.t()), self.dropout.p, self.training)  # (T, B, E): time-major
-        emb_gates = F.linear(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
+        emb_gates = product(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
         weights = [torch.cat([rnn.weight_ih_l0[:, E:], rnn.weight_hh_l0], dim=1)]
         biases = []
         for layer in range(1, self.layers):

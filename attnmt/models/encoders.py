@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnmt.data.vocab import PAD
 from attnmt.models.fused_rnn import dropout, lstm_layer
+from attnmt.models.packed import product
 
 
 class LSTMEncoder(nn.Module):
@@ -115,5 +115,5 @@ class LSTMEncoder(nn.Module):
         w_ih = getattr(self.rnn, f"weight_ih_{name}")
         w_hh = getattr(self.rnn, f"weight_hh_{name}")
         bias = getattr(self.rnn, f"bias_ih_{name}") + getattr(self.rnn, f"bias_hh_{name}")
-        proj = F.linear(x, w_ih, bias)  # (S, B, 4H'): the input half of the gates, all steps
+        proj = product(x, w_ih, bias)  # (S, B, 4H'): the input half of the gates, all steps
         return lstm_layer(proj, w_hh)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from attnmt.models import packed
+
 
 # (N, V) buffers of finished backward passes, for the next forward: a fresh tensor of this size
 # (tens of MB) is mapped anew by the allocator on every call, and its page faults cost about a
@@ -36,7 +38,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, x, weight, bias, target, smoothing):
         flat = _buffer(x.size(0) * weight.size(0), x)
         logits = flat[: x.size(0) * weight.size(0)].view(x.size(0), weight.size(0))  # (N, V)
-        if bias is not None:
+        if packed.bf16_enabled() and x.dtype == torch.float32 and x.device.type == "cpu":
+            logits.copy_(packed.mm(x, weight.t()))  # bf16 products: operands rounded
+            if bias is not None:
+                logits.add_(bias)
+        elif bias is not None:
             torch.addmm(bias, x, weight.t(), out=logits)
         else:
             torch.mm(x, weight.t(), out=logits)
@@ -69,8 +75,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if eps > 0:
             d_logits.sub_(eps / probs.size(1))
         d_logits.mul_(grad)
-        d_x = d_logits @ weight
-        d_w = d_logits.t() @ x
+        if packed.bf16_enabled() and d_logits.device.type == "cpu":  # round the gradient once
+            d_low = d_logits.to(torch.bfloat16)
+            d_x = packed.mm(d_low, weight)
+            d_w = packed.mm(d_low.t(), x)
+        else:
+            d_x = d_logits @ weight
+            d_w = d_logits.t() @ x
         d_b = d_logits.sum(0) if ctx.has_bias else None
         if ctx.flat.device.type == "cpu" and len(_spare) < 2:  # done with it: the next step's buffer
             _spare.append(ctx.flat)

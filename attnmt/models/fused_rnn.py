@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from attnmt.models.packed import linear, linear_add, pack
+from attnmt.models.packed import linear, linear_add, mm, pack
 
 
 def dropout_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -101,7 +101,7 @@ class _LSTMLayer(torch.autograd.Function):
             dc_next = _cell_backward(acts[t], cs[t + 1], cs[t], d_h[t] + dh_next, d_c[t] + dc_next, d_gates[t])
             dh_next = linear(d_gates[t], w_p)  # ∂L/∂gates_t W_hh: (B, H)
         flat = d_gates.view(S * B, -1)
-        d_w_hh = flat.t() @ hs[:S].reshape(S * B, -1)  # Σ_t ∂L/∂gates_tᵀ h_{t-1}: one product
+        d_w_hh = mm(flat.t(), hs[:S].reshape(S * B, -1))  # Σ_t ∂L/∂gates_tᵀ h_{t-1}: one product
         return d_gates, d_w_hh
 
 
@@ -229,10 +229,10 @@ class _InputFeedingLoop(torch.autograd.Function):
             d_feed = d_x
         # the weight gradients of all steps, one product each
         d_weights = [
-            d_gates[layer].view(T * B, -1).t() @ inputs[layer][:T].reshape(T * B, -1) for layer in range(L)
+            mm(d_gates[layer].view(T * B, -1).t(), inputs[layer][:T].reshape(T * B, -1)) for layer in range(L)
         ]
         d_biases = [d_gates[layer].sum((0, 1)) for layer in range(1, L)]
-        d_w_c = d_pre.view(T * B, H).t() @ ctx_top.view(T * B, -1)
+        d_w_c = mm(d_pre.view(T * B, H).t(), ctx_top.view(T * B, -1))
         top = ctx_top[..., d_mem:].transpose(0, 1)  # (B, T, H)
         d_keys = torch.bmm(d_scores.permute(1, 2, 0), top)  # Σ_t ∂L/∂s_tᵀ h_t: (B, S, H)
         d_values = torch.bmm(attn.permute(1, 2, 0), d_cat[..., :d_mem].transpose(0, 1))  # Σ_t a_tᵀ ∂L/∂c_t

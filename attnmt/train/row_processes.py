@@ -12,8 +12,9 @@ anonymous shared memory (``mmap``; not /dev/shm, whose size containers limit), s
 optimizer's in-place update in this process is what a worker reads at its next batch. Each
 worker writes its part's gradient into its own shared block; this process adds those blocks to
 its own ``.grad`` in a fixed order. Messages over a pipe carry only the part's token ids, the
-loss scale and a dropout seed drawn from this process's generator (so a run stays reproducible
-and resumable from its checkpointed RNG state).
+loss scale, a dropout seed drawn from this process's generator (so a run stays reproducible
+and resumable from its checkpointed RNG state) and whether the parent's update runs with
+bfloat16 products (models/packed.py).
 
 Only for the plain CPU case: a model whose class defines ``token_loss`` (Seq2Seq), one process
 (no DDP), parameters and gradients in float32 on the CPU, and Linux (fork).
@@ -31,6 +32,7 @@ import sys
 import torch
 
 from attnmt.data.batching import Batch
+from attnmt.models.packed import bf16_enabled, bf16_products
 from attnmt.train.row_groups import split_rows
 
 
@@ -120,7 +122,7 @@ class RowProcesses:
         for k, (part, seed) in enumerate(zip(parts[1:], seeds)):
             try:
                 self.conns[k].send((part.src.numpy(), part.src_lengths.numpy(), part.tgt_in.numpy(),
-                                    part.tgt_out.numpy(), scale, smoothing, seed))
+                                    part.tgt_out.numpy(), scale, smoothing, seed, bf16_enabled()))
             except OSError:  # a dead worker; those already sent a part answer first
                 self._collect(k)
                 raise self._stopped(k) from None
@@ -201,12 +203,13 @@ def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch
             break
         if message is None:
             break
-        src, src_lengths, tgt_in, tgt_out, scale, smoothing, seed = message
+        src, src_lengths, tgt_in, tgt_out, scale, smoothing, seed, bf16 = message
         try:
             torch.manual_seed(seed)
-            loss = loss_of(model, torch.from_numpy(src), torch.from_numpy(src_lengths),
-                           torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), smoothing)
-            got = torch.autograd.grad(loss * scale, params, allow_unused=True)
+            with bf16_products(bf16):  # as the parent's update does
+                loss = loss_of(model, torch.from_numpy(src), torch.from_numpy(src_lengths),
+                               torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), smoothing)
+                got = torch.autograd.grad(loss * scale, params, allow_unused=True)
             for buf, g in zip(grads, got):
                 if g is None:
                     buf.zero_()

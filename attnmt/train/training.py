@@ -35,6 +35,7 @@ from attnmt.errors import UserError
 from attnmt.jsonio import dumps
 from attnmt.models import build_model
 from attnmt.models.common import loss_units, model_loss, token_loss
+from attnmt.models.packed import bf16_products, native_bf16
 from attnmt.runs.checkpoint import (
     check_trainer_state,
     find_checkpoint,
@@ -191,6 +192,8 @@ class Trainer:
             (lambda: torch.autocast("cuda", dtype=dtype)) if use_amp else nullcontext
         )
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_amp and dtype == torch.float16)
+        # CPU: the LSTM's products in bfloat16 where the CPU has bfloat16 units (models/packed.py)
+        self.cpu_bf16 = t.amp and self.device.type == "cpu" and native_bf16()
         self.stop_requested = False
 
     # -- state ---------------------------------------------------------------------------------
@@ -272,6 +275,10 @@ class Trainer:
 
     def train_step(self, batches: list[Batch]) -> tuple[float, int]:
         """One update from ``batches`` (gradient accumulation); returns summed loss and tokens."""
+        with bf16_products(self.cpu_bf16):  # row processes forked in here inherit it
+            return self._update(batches)
+
+    def _update(self, batches: list[Batch]) -> tuple[float, int]:
         t = self.cfg.train
         lr = learning_rate(self.cfg, self.epoch, self.step + 1, self._progress())
         for group in self.optimizer.param_groups:
@@ -380,7 +387,8 @@ class Trainer:
         for note in self.data.notes:
             self.log({"event": "data", "note": note})
         n_params = sum(p.numel() for p in self.model.parameters())
-        self.log({"event": "start", "params": n_params, "device": str(self.device), "world": self.dist.world})
+        self.log({"event": "start", "params": n_params, "device": str(self.device), "world": self.dist.world,
+                  "precision": "bf16 products" if self.cpu_bf16 else ("amp" if t.amp and self.device.type == "cuda" else "float32")})
         per_epoch = len(self._epoch_batches()) // max(t.accumulate, 1)
         self.steps_per_epoch = per_epoch
         total_steps = t.max_steps or per_epoch * t.epochs

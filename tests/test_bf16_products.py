@@ -1,0 +1,145 @@
+"""bfloat16 products in CPU training (models/packed.py ``bf16_products``): the products take
+bfloat16 roundings of their operands and return float32, only inside the block; the fused LSTM
+loss keeps its gradients close to float32's; row processes follow the parent's setting; the
+trainer turns it on for train.amp only on a CPU with bfloat16 units."""
+
+import sys
+
+import pytest
+import torch
+
+from attnmt.config import ModelConfig
+from attnmt.data.batching import collate
+from attnmt.models import packed
+from attnmt.models.packed import bf16_enabled, bf16_products, linear, linear_add, mm, pack, product
+from attnmt.models.seq2seq import Seq2Seq
+from attnmt.train.row_groups import split_rows
+
+ONEDNN_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def _rounded(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).double()
+
+
+def test_products_round_their_operands_only_inside_the_block():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 7, generator=g), torch.randn(7, 3, generator=g)
+    w, bias = torch.randn(3, 7, generator=g), torch.randn(3, generator=g)
+    exact = (a.double() @ b.double()).float()
+    rounded = (_rounded(a) @ _rounded(b)).float()
+    assert not torch.allclose(exact, rounded, atol=1e-4, rtol=0)  # rounding shows at this size
+    torch.testing.assert_close(mm(a, b), exact, atol=1e-5, rtol=1e-5)
+    with bf16_products():
+        assert bf16_enabled()
+        got = mm(a, b)
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, rounded, atol=2e-2, rtol=1e-2)  # result rounded once more
+        assert (got - exact).abs().max() > (got - rounded).abs().max()
+        y = product(a, w, bias)
+        torch.testing.assert_close(y, (_rounded(a) @ _rounded(w).t()).float() + bias, atol=2e-2, rtol=1e-2)
+    assert not bf16_enabled()
+    torch.testing.assert_close(product(a, w, bias), a @ w.t() + bias, atol=1e-5, rtol=1e-5)
+
+
+def test_product_gradients_flow_to_float32_parameters():
+    w = torch.nn.Parameter(torch.randn(4, 6))
+    x = torch.randn(3, 6, requires_grad=True)
+    with bf16_products():
+        product(x, w).square().sum().backward()
+    assert w.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
+    y = x.detach() @ w.detach().t()
+    torch.testing.assert_close(w.grad, 2 * y.t() @ x.detach(), atol=0.1, rtol=0.05)
+
+
+@pytest.mark.skipif(not ONEDNN_BF16, reason="oneDNN without bfloat16 on this CPU")
+def test_packed_weights_in_bfloat16_inside_the_block():
+    g = torch.Generator().manual_seed(1)
+    x, w, other = torch.randn(4, 16, generator=g), torch.randn(8, 16, generator=g), torch.randn(4, 8, generator=g)
+    with bf16_products():
+        p = pack(w, 4)
+        assert p.packed is not None and p.packed.dtype == torch.bfloat16
+        want = (_rounded(x) @ _rounded(w).t()).float()
+        torch.testing.assert_close(linear(x, p), want, atol=3e-2, rtol=1e-2)
+        torch.testing.assert_close(linear_add(x, p, other), want + other, atol=3e-2, rtol=1e-2)
+    assert pack(w, 4).packed is None or pack(w, 4).packed.dtype == torch.float32
+
+
+def _model():
+    torch.manual_seed(3)
+    cfg = ModelConfig(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True,
+                      dropout=0.0)
+    return Seq2Seq(cfg, 30, 28, init_uniform=0.3).train()
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    src = [torch.randint(4, 30, (n,), generator=g).tolist() for n in (5, 9, 7, 3)]
+    tgt = [torch.randint(4, 28, (n,), generator=g).tolist() for n in (6, 8, 2, 7)]
+    return collate(src, tgt, list(range(4)))
+
+
+def _grads(model, b):
+    model.zero_grad(set_to_none=True)
+    loss = model.token_loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, 0.1)
+    loss.backward()
+    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.skipif(not ONEDNN_BF16, reason="oneDNN without bfloat16 on this CPU")
+def test_fused_lstm_loss_and_gradients_stay_close_to_float32():
+    model, b = _model(), _batch()
+    loss32, g32 = _grads(model, b)
+    with bf16_products():
+        loss16, g16 = _grads(model, b)
+    assert loss16 != loss32 and abs(loss16 - loss32) < 2e-3 * abs(loss32)
+    for name, want in g32.items():
+        got = g16[name]
+        assert got.dtype == torch.float32
+        # relative to the gradient's size: bfloat16 keeps 8 bits of each operand
+        assert (got - want).norm() <= 0.03 * want.norm() + 1e-6, name
+
+
+@pytest.mark.skipif(not (ONEDNN_BF16 and sys.platform.startswith("linux")), reason="bf16 row processes")
+def test_row_processes_follow_the_parents_setting():
+    from attnmt.train.row_processes import RowProcesses
+
+    model, b = _model(), _batch()
+    parts = split_rows(b, 2)
+    with bf16_products():  # the same two parts in this process
+        want = {}
+        for part in parts:
+            _, g = _grads(model, part)
+            want = {n: want.get(n, 0) + g[n] for n in g}
+    with RowProcesses(model, 1) as rows:
+        model.zero_grad(set_to_none=True)
+        with bf16_products():
+            rows.backward(b, 1.0, 0.1)
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, want[n], atol=1e-5, rtol=1e-5, msg=n)
+        model.zero_grad(set_to_none=True)
+        rows.backward(b, 1.0, 0.1)  # float32 again, in both processes
+        _, g32 = _grads(model, b)
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(p.grad, g32[n], atol=1e-5, rtol=0, msg=n)
+
+
+@pytest.mark.parametrize("amp, native, want", [(True, True, True), (False, True, False), (True, False, False)])
+def test_trainer_uses_bf16_products_for_amp_on_bf16_cpus_only(tiny_corpus, tmp_path, monkeypatch, amp, native, want):
+    from attnmt.config import load_config
+    from attnmt.train import training
+
+    monkeypatch.setattr(training, "native_bf16", lambda: native)
+    seen = []
+    real = packed.bf16_enabled
+
+    def update(self, batches):
+        seen.append(real())
+        return 0.0, 1
+
+    monkeypatch.setattr(training.Trainer, "_update", update)
+    cfg = load_config(tiny_corpus.config, [f"train.amp={str(amp).lower()}", "train.device=cpu"])
+    trainer = training.Trainer(cfg, tmp_path / "run")
+    assert trainer.cpu_bf16 is want
+    trainer.train_step([])
+    assert seen == [want] and not packed.bf16_enabled()
