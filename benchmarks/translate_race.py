@@ -5,11 +5,12 @@ race.md), so one race's translation ratio is one sample. This script re-times th
 step of a finished ``benchmarks/peer_race.py --out OUT`` run, alternating the commands round by
 round on the same checkpoints: OpenNMT-py's ``onmt_translate`` exactly as the race runs it (its
 last checkpoint, beam 5, batches of 64 sentences, 2 threads), ``attnmt translate`` as the race
-runs it, and ``attnmt translate --int8`` (the output layer as an 8-bit product). Each command is
+runs it, and ``attnmt translate --int8`` (the output layer as an 8-bit product); with ``--bf16``
+also ``attnmt translate --bf16`` and ``--bf16 --int8`` (CPUs with bfloat16 units). Each command is
 timed whole from outside and scored with the race's sacreBLEU call.
 
     python benchmarks/translate_race.py --out OUT --sizes 256,512 --rounds 2 [--threads 2]
-        [--venv OUT/onmt-venv]
+        [--venv OUT/onmt-venv] [--bf16]
 
 Prints one JSON line per command run, then one JSON object with every size's median times,
 ratios (OpenNMT-py's time ÷ attnmt's) and BLEU, and a one-line summary per size.
@@ -28,20 +29,25 @@ from peer_race import (RaceError, attnmt_env, attnmt_translate, decode_pieces, o
                        opennmt_translate, run, score)
 
 
-def commands(out: Path, size: int, bin_dir: Path, threads: int) -> dict[str, tuple[list[str], dict, Path]]:
+def commands(out: Path, size: int, bin_dir: Path, threads: int, bf16: bool = False) -> dict[str, tuple[list[str], dict, Path]]:
     """name -> (command, environment, file of detokenised output or of pieces for OpenNMT-py)."""
     data, onmt, ours = out / "data", out / str(size) / "opennmt", out / str(size) / "attnmt"
     ckpts = sorted(onmt.glob("model_step_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
     if not ckpts or not (ours / "checkpoints").is_dir():
         raise RaceError(f"no finished race at size {size} under {out} (run benchmarks/peer_race.py first)")
     env = attnmt_env(threads)
-    return {
+    cmds = {
         "opennmt": (opennmt_translate(bin_dir, ckpts[-1], data, onmt / "retime.hyp.sp"), opennmt_env(threads),
                     onmt / "retime.hyp.sp"),
         "attnmt": (attnmt_translate(ours, data, ours / "retime.hyp.es"), env, ours / "retime.hyp.es"),
         "attnmt --int8": (attnmt_translate(ours, data, ours / "retime.int8.hyp.es", "--int8"), env,
                           ours / "retime.int8.hyp.es"),
     }
+    if bf16:
+        for name, flags in (("attnmt --bf16", ["--bf16"]), ("attnmt --bf16 --int8", ["--bf16", "--int8"])):
+            hyp = ours / f"retime.{'.'.join(f[2:] for f in flags)}.hyp.es"
+            cmds[name] = (attnmt_translate(ours, data, hyp, *flags), env, hyp)
+    return cmds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="256,512")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="also attnmt translate --bf16 (CPUs with bfloat16 units)")
     ap.add_argument("--venv", help="OpenNMT-py's virtual environment (default OUT/onmt-venv)")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (bin_dir / "onmt_translate").exists():
             raise RaceError(f"no onmt_translate in {bin_dir} (peer_race.py installs it; or pass --venv)")
         for size in (int(s) for s in args.sizes.split(",")):
-            cmds = commands(out, size, bin_dir, args.threads)
+            cmds = commands(out, size, bin_dir, args.threads, args.bf16)
             times: dict[str, list[float]] = {name: [] for name in cmds}
             bleu: dict[str, float] = {}
             for rnd in range(1, args.rounds + 1):
@@ -86,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"size {row['size']}: OpenNMT-py {row['median_s']['opennmt']} s, attnmt {row['median_s']['attnmt']} s "
               f"({row['ratio']['attnmt']}x), --int8 {row['median_s']['attnmt --int8']} s "
               f"({row['ratio']['attnmt --int8']}x); BLEU {row['bleu']['opennmt']} / {row['bleu']['attnmt']} / "
-              f"{row['bleu']['attnmt --int8']}")
+              f"{row['bleu']['attnmt --int8']}"
+              + "".join(f"; {n} {row['median_s'][n]} s ({row['ratio'][n]}x, BLEU {row['bleu'][n]})"
+                        for n in row["ratio"] if "bf16" in n))
     return 0
 
 

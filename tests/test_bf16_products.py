@@ -143,3 +143,48 @@ def test_trainer_uses_bf16_products_for_amp_on_bf16_cpus_only(tiny_corpus, tmp_p
     assert trainer.cpu_bf16 is want
     trainer.train_step([])
     assert seen == [want] and not packed.bf16_enabled()
+
+
+class _Run:  # what use_bf16_products reads of a loaded run
+    def __init__(self, model, device="cpu"):
+        self.model, self.device = model, torch.device(device)
+
+
+def _eval_model(**overrides) -> Seq2Seq:
+    settings = dict(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True)
+    torch.manual_seed(1)
+    return Seq2Seq(ModelConfig(**{**settings, **overrides}), 30, 40, init_uniform=0.3).eval()
+
+
+@pytest.mark.skipif(not ONEDNN_BF16, reason="oneDNN without bfloat16 on this CPU")
+def test_bf16_search_step_moves_logits_only_by_rounding(monkeypatch):
+    from attnmt.decode import translate
+
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    model = _eval_model()
+    src, lengths = torch.randint(4, 30, (3, 7)), torch.tensor([7, 5, 2])
+    prefix = torch.full((3, 1), 1, dtype=torch.long)
+
+    def step():
+        with torch.no_grad():
+            enc = model.encode(src, lengths)
+            return model.step(prefix, model.init_state(enc), enc)
+
+    want_logits, want_state, _ = step()
+    translate.use_bf16_products([_Run(model)])
+    assert model.decoder.bf16_search
+    logits, state, _ = step()
+    assert not torch.equal(logits, want_logits) and logits.dtype == torch.float32
+    assert (logits - want_logits).abs().max() < 0.03 * (want_logits.max() - want_logits.min())
+    torch.testing.assert_close(state["h"], want_state["h"], atol=0.03, rtol=0)
+
+
+def test_bf16_search_refuses_cpus_without_bfloat16_units_and_other_models(monkeypatch):
+    from attnmt.decode import translate
+    from attnmt.errors import UserError
+
+    monkeypatch.setattr(packed, "native_bf16", lambda: False)
+    with pytest.raises(UserError, match="bfloat16 units"):
+        translate.use_bf16_products([_Run(_eval_model())])
+    with pytest.raises(UserError, match="input-feeding"):
+        translate.use_bf16_products([_Run(_eval_model(input_feed=False))])

@@ -1,4 +1,4 @@
-"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8]"""
+"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8] [--bf16]"""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--int8", action="store_true",
                    help="CPU search: the output layer as an 8-bit product (faster; scores move "
                    "slightly, see docs/results/race.md)")
+    p.add_argument("--bf16", action="store_true",
+                   help="CPU search with bfloat16 units (AVX-512 BF16, AMX): the search step's "
+                   "products in bfloat16 (faster; scores move slightly, see docs/results/race.md)")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
@@ -70,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
         from attnmt.decode.translate import use_int8_output_layer
 
         use_int8_output_layer(translator.runs)
+    if args.bf16:
+        from attnmt.decode.translate import use_bf16_products
+
+        use_bf16_products(translator.runs)
     lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
     warning = truncation_warning(translator.runs, lines)
     if warning:

@@ -67,6 +67,24 @@ def use_int8_output_layer(runs: list[Run]) -> None:
         decoder.int8_output = True
 
 
+def use_bf16_products(runs: list[Run]) -> None:
+    """``attnmt translate --bf16``: every packed product of the search step (the LSTM layers, W_c
+    and, unless --int8, the output layer) on bfloat16 weights and inputs, float32 results, on a
+    CPU with bfloat16 units (AVX-512 BF16 or AMX; models/packed.py ``native_bf16``), where they
+    run several times faster than in float32. States and scores stay float32; logits move by the
+    rounding, so, rarely, choices change: a speed option, off by default."""
+    for run in runs:
+        network = getattr(run.model, "model", run.model)
+        decoder = getattr(network, "decoder", None)
+        if not isinstance(decoder, LuongDecoder) or not decoder.input_feed:
+            raise UserError("--bf16 applies to input-feeding LSTM decoders (their search step); "
+                            "this model has none")
+        if run.device.type != "cpu" or not packed.native_bf16():
+            raise UserError("--bf16 needs a CPU with bfloat16 units (AVX-512 BF16 or AMX); "
+                            "this one would emulate them, slower than float32")
+        decoder.bf16_search = True
+
+
 class Translator:
     parallel_batches = True  # batches may be searched by several threads at once
 

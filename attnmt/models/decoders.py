@@ -180,6 +180,8 @@ class LuongDecoder(nn.Module):
     EMB_GATES_MAX_BYTES = 128 * 2**20
     # search only: the output layer W_s as an 8-bit product (packed.pack_int8; `translate --int8`)
     int8_output = False
+    # search only: every packed product in bfloat16 (`translate --bf16`, CPUs with bfloat16 units)
+    bf16_search = False
 
     def _inference_weights(self):
         """Packed [W_ih | W_hh] and b_ih + b_hh per layer, the embedding-gate table, W_c and W_s,
@@ -192,7 +194,7 @@ class LuongDecoder(nn.Module):
         EMB_GATES_MAX_BYTES; layer 1 then multiplies [emb(y); h̃; h] as one product."""
         params = list(self.rnn.parameters()) + list(self.W_s.parameters()) + [self.embedding.weight]
         params += list(self.W_c.parameters()) if self.W_c is not None else []
-        key = (self.int8_output, *((p.data_ptr(), p._version) for p in params))
+        key = (self.int8_output, self.bf16_search, *((p.data_ptr(), p._version) for p in params))
         cached = getattr(self, "_cached_inference", None)
         if cached is None or cached[0] != key:
             layers, H, E = [], self.hidden, self.embed_dim
@@ -208,9 +210,12 @@ class LuongDecoder(nn.Module):
                 if layer == 0 and table_fits:
                     emb_gates = torch.addmm(b, self.embedding.weight.detach(), w[:, :E].t())  # (V, 4H)
                     w = w[:, E:]
-                layers.append((packed.pack(w, 320), b))
-            W_c = packed.pack(2 * self.W_c.weight.detach(), 320) if self.W_c is not None else None
-            W_s = (packed.pack_int8 if self.int8_output else packed.pack)(self.W_s.weight, 320)
+                layers.append((packed.pack(w, 320, self.bf16_search), b))
+            W_c = packed.pack(2 * self.W_c.weight.detach(), 320, self.bf16_search) if self.W_c is not None else None
+            if self.int8_output:
+                W_s = packed.pack_int8(self.W_s.weight, 320)
+            else:
+                W_s = packed.pack(self.W_s.weight, 320, self.bf16_search)
             cached = (key, (layers, emb_gates, W_c, W_s))
             self._cached_inference = cached
         return cached[1]

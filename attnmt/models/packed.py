@@ -108,12 +108,13 @@ class Packed:
     int8: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (packed q, scale, zero)
 
 
-def pack(weight: torch.Tensor, rows: int = 64) -> Packed:
-    """Pack ``weight`` (out, in) for products with blocks of about ``rows`` rows. The packed copy
-    is a snapshot: pack again after the weight changes."""
+def pack(weight: torch.Tensor, rows: int = 64, bf16: bool | None = None) -> Packed:
+    """Pack ``weight`` (out, in) for products with blocks of about ``rows`` rows; in bfloat16
+    if ``bf16`` (None: as ``bf16_products`` says). The packed copy is a snapshot: pack again
+    after the weight changes."""
     weight = weight.detach()
     if _MKLDNN and weight.device.type == "cpu" and weight.dtype == torch.float32:
-        plain = (weight.to(torch.bfloat16) if _bf16 else weight).contiguous()
+        plain = (weight.to(torch.bfloat16) if (_bf16 if bf16 is None else bf16) else weight).contiguous()
         return Packed(weight, torch.ops.mkldnn._reorder_linear_weight(plain, rows))
     return Packed(weight, None)
 
