@@ -188,3 +188,23 @@ def test_bf16_search_refuses_cpus_without_bfloat16_units_and_other_models(monkey
         translate.use_bf16_products([_Run(_eval_model())])
     with pytest.raises(UserError, match="input-feeding"):
         translate.use_bf16_products([_Run(_eval_model(input_feed=False))])
+
+
+def test_translate_searches_in_bf16_by_default_only_where_it_applies(monkeypatch):
+    from attnmt.decode import translate
+
+    runs = [_Run(_eval_model())]
+    assert not translate.bf16_search_applies(runs)  # conftest: no bfloat16 units
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    assert translate.bf16_search_applies(runs)
+    assert not translate.bf16_search_applies(runs + [_Run(_eval_model(input_feed=False))])
+    assert not translate.bf16_search_applies([])
+
+
+def test_translate_refuses_bf16_with_float32(tiny_run, tiny_corpus, tmp_path):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "attnmt", "translate", "--model", str(tiny_run), "--input",
+                           str(tiny_corpus.directory / "dev.en"), "--bf16", "--float32"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--bf16 and --float32" in done.stderr and "Traceback" not in done.stderr

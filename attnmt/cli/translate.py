@@ -1,4 +1,4 @@
-"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8] [--bf16]"""
+"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8] [--bf16 | --float32]"""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "slightly, see docs/results/race.md)")
     p.add_argument("--bf16", action="store_true",
                    help="CPU search with bfloat16 units (AVX-512 BF16, AMX): the search step's "
-                   "products in bfloat16 (faster; scores move slightly, see docs/results/race.md)")
+                   "products in bfloat16 (faster; scores move slightly, see docs/results/race.md); "
+                   "the default there for input-feeding LSTM models")
+    p.add_argument("--float32", action="store_true", help="search in float32 even where --bf16 is the default")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
@@ -73,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
         from attnmt.decode.translate import use_int8_output_layer
 
         use_int8_output_layer(translator.runs)
-    if args.bf16:
-        from attnmt.decode.translate import use_bf16_products
+    if args.bf16 and args.float32:
+        raise UserError("--bf16 and --float32 exclude each other")
+    from attnmt.decode.translate import bf16_search_applies, use_bf16_products
 
+    if args.bf16 or (not args.float32 and bf16_search_applies(translator.runs)):
         use_bf16_products(translator.runs)
     lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
     warning = truncation_warning(translator.runs, lines)

@@ -67,12 +67,24 @@ def use_int8_output_layer(runs: list[Run]) -> None:
         decoder.int8_output = True
 
 
+def bf16_search_applies(runs: list[Run]) -> bool:
+    """Whether ``attnmt translate`` searches in bfloat16 by default: every model an input-feeding
+    LSTM decoder on a CPU with bfloat16 units (there the float32 search is ~1.5-2x slower for
+    the same BLEU: docs/results/race.md)."""
+    for run in runs:
+        decoder = getattr(getattr(run.model, "model", run.model), "decoder", None)
+        if not isinstance(decoder, LuongDecoder) or not decoder.input_feed or run.device.type != "cpu":
+            return False
+    return bool(runs) and packed.native_bf16()
+
+
 def use_bf16_products(runs: list[Run]) -> None:
     """``attnmt translate --bf16``: every packed product of the search step (the LSTM layers, W_c
     and, unless --int8, the output layer) on bfloat16 weights and inputs, float32 results, on a
     CPU with bfloat16 units (AVX-512 BF16 or AMX; models/packed.py ``native_bf16``), where they
     run several times faster than in float32. States and scores stay float32; logits move by the
-    rounding, so, rarely, choices change: a speed option, off by default."""
+    rounding, so, rarely, choices change (test BLEU moved by −0.01 and +0.07 on the race's
+    models); the default of ``attnmt translate`` where ``bf16_search_applies``."""
     for run in runs:
         network = getattr(run.model, "model", run.model)
         decoder = getattr(network, "decoder", None)
