@@ -49,6 +49,16 @@ def word_alignment(attention: torch.Tensor, src_words: list[int], tgt_words: lis
     return [(best[j], j) for j in range(len(best)) if j in present]
 
 
+def _search_decoder(run: Run, flag: str) -> LuongDecoder:
+    """The input-feeding LSTM decoder whose search step ``flag`` changes, or a UserError."""
+    network = getattr(run.model, "model", run.model)  # NgramResidual wraps the network
+    decoder = getattr(network, "decoder", None)
+    if not isinstance(decoder, LuongDecoder) or not decoder.input_feed:
+        raise UserError(f"{flag} applies to input-feeding LSTM decoders (their search step); "
+                        "this model has none")
+    return decoder
+
+
 def use_int8_output_layer(runs: list[Run]) -> None:
     """``attnmt translate --int8``: the search's output layer W_s h̃_t of every model as an 8-bit
     product (models/packed.py, ``pack_int8``). The output layer is the largest product of a
@@ -56,11 +66,7 @@ def use_int8_output_layer(runs: list[Run]) -> None:
     by the rounding of W_s (per row) and of h̃_t (7 bits over its range), so scores and, rarely,
     choices change: a speed option, off by default. Input-feeding LSTM decoders on CPU only."""
     for run in runs:
-        network = getattr(run.model, "model", run.model)  # NgramResidual wraps the network
-        decoder = getattr(network, "decoder", None)
-        if not isinstance(decoder, LuongDecoder) or not decoder.input_feed:
-            raise UserError("--int8 applies to input-feeding LSTM decoders (their search step); "
-                            "this model has none")
+        decoder = _search_decoder(run, "--int8")
         if run.device.type != "cpu" or not packed.INT8:
             raise UserError("--int8 needs the CPU and torch's oneDNN quantised linear "
                             "(torch.ops.onednn.qlinear_pointwise)")
@@ -71,11 +77,11 @@ def bf16_search_applies(runs: list[Run]) -> bool:
     """Whether ``attnmt translate`` searches in bfloat16 by default: every model an input-feeding
     LSTM decoder on a CPU with bfloat16 units (there the float32 search is ~1.5-2x slower for
     the same BLEU: docs/results/race.md)."""
-    for run in runs:
-        decoder = getattr(getattr(run.model, "model", run.model), "decoder", None)
-        if not isinstance(decoder, LuongDecoder) or not decoder.input_feed or run.device.type != "cpu":
-            return False
-    return bool(runs) and packed.native_bf16()
+    try:
+        fits = all(_search_decoder(run, "--bf16") and run.device.type == "cpu" for run in runs)
+    except UserError:
+        return False
+    return fits and bool(runs) and packed.native_bf16()
 
 
 def use_bf16_products(runs: list[Run]) -> None:
@@ -86,11 +92,7 @@ def use_bf16_products(runs: list[Run]) -> None:
     rounding, so, rarely, choices change (test BLEU moved by −0.01 and +0.07 on the race's
     models); the default of ``attnmt translate`` where ``bf16_search_applies``."""
     for run in runs:
-        network = getattr(run.model, "model", run.model)
-        decoder = getattr(network, "decoder", None)
-        if not isinstance(decoder, LuongDecoder) or not decoder.input_feed:
-            raise UserError("--bf16 applies to input-feeding LSTM decoders (their search step); "
-                            "this model has none")
+        decoder = _search_decoder(run, "--bf16")
         if run.device.type != "cpu" or not packed.native_bf16():
             raise UserError("--bf16 needs a CPU with bfloat16 units (AVX-512 BF16 or AMX); "
                             "this one would emulate them, slower than float32")
