@@ -34,7 +34,8 @@ LIMITS = Limits(max_sentences=8, max_tokens=12, max_chars=1000, max_beam=6, max_
 
 @pytest.fixture(scope="module")
 def served(tiny_run):
-    return load_models([str(tiny_run)], device="cpu")
+    # module scope: conftest's float32 patch is not active yet, so ask for float32
+    return load_models([str(tiny_run)], device="cpu", float32=True)
 
 
 @pytest.fixture(scope="module")

@@ -208,3 +208,23 @@ def test_translate_refuses_bf16_with_float32(tiny_run, tiny_corpus, tmp_path):
                            str(tiny_corpus.directory / "dev.en"), "--bf16", "--float32"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "--bf16 and --float32" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_search_precision_is_chosen_once_for_translate_and_serve(monkeypatch):
+    from attnmt.decode import translate
+    from attnmt.errors import UserError
+
+    runs = [_Run(_eval_model())]
+    assert translate.set_search_precision(runs) == "float32"  # conftest: no bfloat16 units
+    assert not runs[0].model.decoder.bf16_search
+    with pytest.raises(UserError, match="bfloat16 units"):
+        translate.set_search_precision(runs, bf16=True)
+    with pytest.raises(UserError, match="exclude each other"):
+        translate.set_search_precision(runs, bf16=True, float32=True)
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    assert translate.set_search_precision(runs, float32=True) == "float32"
+    assert not runs[0].model.decoder.bf16_search
+    assert translate.set_search_precision(runs) == "bf16"
+    assert runs[0].model.decoder.bf16_search
+    plain = [_Run(_eval_model(input_feed=False))]  # no bf16 search step: float32 by default
+    assert translate.set_search_precision(plain) == "float32"

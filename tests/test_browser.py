@@ -26,7 +26,8 @@ from attnmt.serve.app import Limits, create_app, load_models
 
 @pytest.fixture(scope="module")
 def server_url(tiny_run):
-    models = load_models([str(tiny_run), f"second={tiny_run}"], device="cpu")
+    # module scope: conftest's float32 patch is not active yet, so ask for float32
+    models = load_models([str(tiny_run), f"second={tiny_run}"], device="cpu", float32=True)
     app = create_app(models, Limits(max_wait_ms=2))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # a free port, held from here on

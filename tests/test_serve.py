@@ -27,7 +27,8 @@ LIMITS = Limits(
 
 @pytest.fixture(scope="module")
 def served(tiny_run):
-    return load_models([str(tiny_run), f"second={tiny_run}"], device="cpu")
+    # module scope: conftest's float32 patch is not active yet, so ask for float32
+    return load_models([str(tiny_run), f"second={tiny_run}"], device="cpu", float32=True)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,7 @@ def test_health_and_models(client, tiny_run):
     assert [m["name"] for m in models] == [tiny_run.name, "second"]
     assert models[0]["hidden"] == 32 and models[0]["has_attention"] is True
     assert models[0]["src"] == "en" and models[0]["tgt"] == "es"
+    assert models[0]["precision"] == "float32"
 
 
 def test_translate_matches_the_translator(client, served):
@@ -314,3 +316,26 @@ def test_model_specs_and_startup_errors(tiny_run, tmp_path, capsys):
     assert err.startswith("attnmt: error:") and "no such run directory" in err and "\n" not in err
     assert main(["serve", "--model", str(tiny_run), "--max-batch", "0"]) == 2
     assert "--max-batch" in capsys.readouterr().err
+    assert main(["serve", "--model", str(tiny_run), "--bf16", "--float32"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+
+
+def test_serve_searches_as_translate_does(tiny_run, tmp_path, monkeypatch):
+    """On a CPU with bfloat16 units both commands search in bfloat16 unless --float32."""
+    from attnmt.models import packed
+
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    sentences = ["the red cat sees a dog", "a girl has the old book"]
+    source, hyp = tmp_path / "src.en", tmp_path / "hyp.es"
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(tiny_run), "--input", str(source), "--output",
+                 str(hyp), "--beam", "3"]) == 0
+    (served,) = load_models([str(tiny_run)], device="cpu")
+    assert served.precision == "bf16" and served.translator.model.decoder.bf16_search
+    with TestClient(create_app([served], Limits(max_wait_ms=0)), base_url="http://localhost") as c:
+        assert c.get("/models").json()[0]["precision"] == "bf16"
+        r = c.post("/translate", json={"sentences": sentences, "beam": 3})
+    want = hyp.read_text(encoding="utf-8").splitlines()
+    assert [t["text"] for t in r.json()["translations"]] == want
+    (kept,) = load_models([str(tiny_run)], device="cpu", float32=True)
+    assert kept.precision == "float32" and not kept.translator.model.decoder.bf16_search

@@ -34,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--int8", action="store_true",
                    help="CPU: each model's output layer as an 8-bit product (as translate --int8)")
+    p.add_argument("--bf16", action="store_true",
+                   help="search in bfloat16 (as translate --bf16; the default on CPUs with "
+                   "bfloat16 units for input-feeding LSTM models)")
+    p.add_argument("--float32", action="store_true",
+                   help="search in float32 even where bfloat16 is the default")
     p.add_argument("--max-batch", type=int, default=32, help="sentences per decoder call")
     p.add_argument(
         "--max-wait-ms",
@@ -118,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     ):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.bf16 and args.float32:
+        raise UserError("--bf16 and --float32 exclude each other")
     if args.max_pending_bytes < args.max_response_bytes:
         raise UserError("--max-pending-bytes must be at least --max-response-bytes")
     if not 0 < args.request_timeout < float("inf"):
@@ -145,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in ("0.0.0.0", "::", ""):  # a wildcard address is no name clients use
         hosts.append(args.host)
     hosts += args.allow_host
-    models = load_models(args.model, args.checkpoint, args.device, args.int8)
+    models = load_models(
+        args.model, args.checkpoint, args.device, args.int8, args.bf16, args.float32
+    )
     app = create_app(models, limits, allowed_hosts=hosts, docs=args.docs)
     names = ", ".join(m.name for m in models)
     print(f"attnmt: serving {names} on http://{args.host}:{args.port}/ "

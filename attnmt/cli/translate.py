@@ -69,18 +69,15 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output, [args.input], "--output")
     if args.alignments:
         check_output(args.alignments, [args.input, args.output], "--alignments")
+    if args.bf16 and args.float32:  # before the model loads, as the other option checks
+        raise UserError("--bf16 and --float32 exclude each other")
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
                                  args.ngram, args.alpha)
+    from attnmt.decode.translate import set_search_precision, use_int8_output_layer
+
     if args.int8:
-        from attnmt.decode.translate import use_int8_output_layer
-
         use_int8_output_layer(translator.runs)
-    if args.bf16 and args.float32:
-        raise UserError("--bf16 and --float32 exclude each other")
-    from attnmt.decode.translate import bf16_search_applies, use_bf16_products
-
-    if args.bf16 or (not args.float32 and bf16_search_applies(translator.runs)):
-        use_bf16_products(translator.runs)
+    set_search_precision(translator.runs, bf16=args.bf16, float32=args.float32)
     lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
     warning = truncation_warning(translator.runs, lines)
     if warning:

@@ -33,7 +33,12 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnmt.decode.translate import Translation, Translator, use_int8_output_layer
+from attnmt.decode.translate import (
+    Translation,
+    Translator,
+    set_search_precision,
+    use_int8_output_layer,
+)
 from attnmt.errors import UserError
 from attnmt.serve.batcher import Job, ModelBatcher, QueueFull
 from attnmt.serve.budget import MAX_OUTPUT_PIECES, Ask, Budget, response_bound, widest_piece
@@ -70,6 +75,7 @@ class ServedModel:
     run_dir: str
     checkpoint: str
     piece_bytes: int = 0  # most bytes one target piece adds to the answer (budget.widest_piece)
+    precision: str = "float32"  # of the search products, "bf16" or "float32": set_search_precision
 
     def __post_init__(self):
         if not self.piece_bytes:
@@ -88,9 +94,18 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
 
 
 def load_models(
-    specs: list[str], checkpoint: str = "best", device: str = "auto", int8: bool = False
+    specs: list[str],
+    checkpoint: str = "best",
+    device: str = "auto",
+    int8: bool = False,
+    bf16: bool = False,
+    float32: bool = False,
 ) -> list[ServedModel]:
-    """``int8``: every model's search output layer as an 8-bit product (`translate --int8`)."""
+    """``int8``: every model's search output layer as an 8-bit product (`translate --int8`).
+    The search precision is chosen as ``attnmt translate`` chooses it (``set_search_precision``):
+    bfloat16 by default on a CPU with bfloat16 units, ``bf16``/``float32`` force one."""
+    if bf16 and float32:
+        raise UserError("--bf16 and --float32 exclude each other")
     models: list[ServedModel] = []
     for spec in specs:
         name, run = parse_model_spec(spec)
@@ -101,7 +116,8 @@ def load_models(
             raise UserError(f"a {translator.cfg.task!r} model cannot translate", run)
         if int8:
             use_int8_output_layer(translator.runs)
-        models.append(ServedModel(name, translator, str(run), checkpoint))
+        precision = set_search_precision(translator.runs, bf16=bf16, float32=float32)
+        models.append(ServedModel(name, translator, str(run), checkpoint, precision=precision))
     if not models:
         raise UserError("give at least one --model RUN")
     return models
@@ -169,6 +185,7 @@ class ModelInfo(BaseModel):
     score: str
     has_attention: bool
     device: str
+    precision: str = Field(description="of the search products: bf16 or float32")
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -388,6 +405,7 @@ def create_app(
                     score=cfg.model.score,
                     has_attention=bool(getattr(m.translator.model, "has_attention", False)),
                     device=str(m.translator.device),
+                    precision=m.precision,
                 )
             )
         return infos
