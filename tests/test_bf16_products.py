@@ -228,3 +228,15 @@ def test_search_precision_is_chosen_once_for_translate_and_serve(monkeypatch):
     assert runs[0].model.decoder.bf16_search
     plain = [_Run(_eval_model(input_feed=False))]  # no bf16 search step: float32 by default
     assert translate.set_search_precision(plain) == "float32"
+
+
+@pytest.mark.skipif(not ONEDNN_BF16, reason="oneDNN without bfloat16 on this CPU")
+def test_bf16_packed_product_adds_its_bias_in_the_product():
+    torch.manual_seed(0)
+    x, weight = torch.randn(5, 64), torch.randn(300, 64) * 0.1
+    bias = torch.linspace(-50, 50, 300)  # large: a lost or doubled bias would show
+    got = packed.linear(x, packed.pack(weight, 64, bf16=True), bias)
+    want = torch.nn.functional.linear(x, weight, bias)
+    assert got.dtype == torch.float32
+    # one bfloat16 rounding of the operands and of the result: ~2⁻⁸ of |result| plus the products'
+    torch.testing.assert_close(got, want, atol=0.05, rtol=2**-7)
