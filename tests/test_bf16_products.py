@@ -83,7 +83,7 @@ def _grads(model, b):
     model.zero_grad(set_to_none=True)
     loss = model.token_loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, 0.1)
     loss.backward()
-    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
 @pytest.mark.skipif(not ONEDNN_BF16, reason="oneDNN without bfloat16 on this CPU")
