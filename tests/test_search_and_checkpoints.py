@@ -52,7 +52,7 @@ def test_beam_search_scores_are_true_log_probabilities_and_nbest_is_sorted():
             tgt, out = tgt[:, :-1], out[:, :-1]
         logits, _ = model(batch.src[i : i + 1, : batch.src_lengths[i]], batch.src_lengths[i : i + 1], tgt)
         logp = torch.log_softmax(logits, -1).gather(-1, out.unsqueeze(-1)).sum()
-        assert abs(float(logp) - best.logprob) < 1e-3
+        assert abs(float(logp.detach()) - best.logprob) < 1e-3
         greedy = greedy_search(model, batch.src[i : i + 1, : batch.src_lengths[i]], batch.src_lengths[i : i + 1])
         assert best.logprob >= greedy[0][0].logprob - 1e-4
 
