@@ -123,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
     ):
         if getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be at least 1")
-    if args.bf16 and args.float32:
-        raise UserError("--bf16 and --float32 exclude each other")
     if args.max_pending_bytes < args.max_response_bytes:
         raise UserError("--max-pending-bytes must be at least --max-response-bytes")
     if not 0 < args.request_timeout < float("inf"):

@@ -69,12 +69,11 @@ def run(args: argparse.Namespace) -> int:
         check_output(args.output, [args.input], "--output")
     if args.alignments:
         check_output(args.alignments, [args.input, args.output], "--alignments")
-    if args.bf16 and args.float32:  # before the model loads, as the other option checks
-        raise UserError("--bf16 and --float32 exclude each other")
+    from attnmt.decode.translate import check_precision_flags, set_search_precision, use_int8_output_layer
+
+    check_precision_flags(args.bf16, args.float32)  # before the model loads, as the other checks
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
                                  args.ngram, args.alpha)
-    from attnmt.decode.translate import set_search_precision, use_int8_output_layer
-
     if args.int8:
         use_int8_output_layer(translator.runs)
     set_search_precision(translator.runs, bf16=args.bf16, float32=args.float32)

@@ -99,12 +99,17 @@ def use_bf16_products(runs: list[Run]) -> None:
         decoder.bf16_search = True
 
 
+def check_precision_flags(bf16: bool, float32: bool) -> None:
+    """``--bf16`` with ``--float32`` is a UserError (checked before a model loads)."""
+    if bf16 and float32:
+        raise UserError("--bf16 and --float32 exclude each other")
+
+
 def set_search_precision(runs: list[Run], bf16: bool = False, float32: bool = False) -> str:
     """The search precision that ``attnmt translate`` and ``attnmt serve`` share: bfloat16 when
     asked (``--bf16``) or where ``bf16_search_applies`` and float32 was not asked for
     (``--float32``); float32 otherwise. Returns ``"bf16"`` or ``"float32"``."""
-    if bf16 and float32:
-        raise UserError("--bf16 and --float32 exclude each other")
+    check_precision_flags(bf16, float32)
     if bf16 or (not float32 and bf16_search_applies(runs)):
         use_bf16_products(runs)
         return "bf16"

@@ -36,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from attnmt.decode.translate import (
     Translation,
     Translator,
+    check_precision_flags,
     set_search_precision,
     use_int8_output_layer,
 )
@@ -104,8 +105,7 @@ def load_models(
     """``int8``: every model's search output layer as an 8-bit product (`translate --int8`).
     The search precision is chosen as ``attnmt translate`` chooses it (``set_search_precision``):
     bfloat16 by default on a CPU with bfloat16 units, ``bf16``/``float32`` force one."""
-    if bf16 and float32:
-        raise UserError("--bf16 and --float32 exclude each other")
+    check_precision_flags(bf16, float32)
     models: list[ServedModel] = []
     for spec in specs:
         name, run = parse_model_spec(spec)
