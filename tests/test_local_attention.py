@@ -122,6 +122,50 @@ def test_decoding_step_equals_the_training_path(monkeypatch, mode, sigma, compos
                                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode, composition", [("local-m", "paper"), ("local-p", "paper"),
+                                               ("local-p", "inside")])
+@pytest.mark.parametrize("lengths", [(40,), (40, 23, 9)])
+@pytest.mark.parametrize("spread", [0.01, 3.0])
+def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, composition, lengths,
+                                                     spread):
+    """The k hypotheses of a beam (a memory with repeat_rows(k)) read their sentence's windows
+    through one block of rows when the windows are close (a slice for one sentence, a gather
+    for several), and through gathered windows when they are far apart: both equal the
+    training path, weights included, at a step inside every sentence and one past the ends."""
+    E, S, d, k = len(lengths), 40, 8, 4
+    g = torch.Generator().manual_seed(1)
+    values = torch.randn(E, S, d, generator=g)
+    mask = lengths_to_mask(torch.tensor(lengths), S)
+    query = (torch.randn(E, 1, 1, d, generator=g)
+             + spread * torch.randn(E, k, 1, d, generator=g)).view(E * k, 1, d)
+    sigma = 1.5 if mode == "local-m" else None
+    att = LocalAttention(mode, "general", d, d, window=3, sigma=sigma, composition=composition)
+    with torch.no_grad():
+        if mode == "local-p":  # p_t spread over the sentence when the queries are
+            att.v_p.weight.mul_(8)
+    taken = []
+    blocks = LocalAttention._attend_blocks
+    monkeypatch.setattr(LocalAttention, "_attend_blocks",
+                        lambda *a: taken.append(blocks(*a)) or taken[-1])
+    for t in (12, 45):
+        positions = torch.tensor([t])
+        with torch.enable_grad():
+            memory = att.prepare(values, mask).repeat_rows(k)
+            want, want_dense = (x.detach() for x in att(query, memory, positions))
+        with torch.no_grad():
+            memory = att.prepare(values, mask).repeat_rows(k)
+            got, dense = att(query, memory, positions, need_weights=True)
+            alone, _ = att(query, memory, positions, need_weights=False)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(alone, got)
+        torch.testing.assert_close(dense, want_dense, rtol=1e-5, atol=1e-6)
+    paths = [x is not None for x in taken]
+    if spread < 1 or mode == "local-m":  # one centre per sentence, or nearly
+        assert paths and all(paths)
+    else:
+        assert not all(paths)  # far apart: gathered windows
+
+
 def test_local_m_window_at_sentence_start_and_past_the_end():
     query, values, mask = _inputs(B=1, S=6, T=10, lengths=(6,))
     att = LocalAttention("local-m", "dot", 8, 8, window=2)

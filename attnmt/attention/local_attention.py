@@ -52,14 +52,16 @@ one ``bmm`` over the same rows. One query row (greedy search at batch 1) takes i
 slice at a Python-number centre. local-m needs no gather at all while every sentence is still
 longer than t (its windows are then the same slice [t, t+2D] of every entry: a strided view).
 Steps with many query rows at long S gather their windows in chunks, so a step's temporaries stay
-well below global attention's B×S scores. The memory is shareable: the K beam hypotheses of a
+well below global attention's B×S scores. The k hypotheses of a beam mostly look at the same
+words: on the CPU their windows are read as one block per sentence (the rows from its first
+window to its last, one gather for all sentences, a slice for one), each row's window cut out
+of the block by a mask, whenever that reads fewer rows than the k windows would. The memory is shareable: the K beam hypotheses of a
 sentence read its one entry. The dense (B, T, S) weights are built by scattering the window
 weights back, and only when asked for (need_weights=True).
 """
 
 from __future__ import annotations
 
-import array
 import math
 import struct
 
@@ -89,6 +91,14 @@ STEP_CHUNKS = 4
 def _float32(x: float) -> float:
     """x rounded to the nearest float32 (as a float32 product of exact operands is)."""
     return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _sigmoid(x: float) -> float:
+    """1 / (1 + e^−x) without overflow for large |x|."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
 def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -261,7 +271,23 @@ class LocalAttention(nn.Module):
                 "offsets": self.offsets.to(bias.dtype),
                 # the first sentence's, for _decode_single
                 "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0],
-                "length": int(mask[0].sum())}
+                "length": int(mask[0].sum()), **self._position_weights(),
+                # _attend_blocks: where each entry starts in the flattened buffers, slots 0, 1, ..
+                "entry_start": torch.arange(E, device=mask.device) * (S + 2 * D),
+                "block_slots": torch.arange(S + 2 * D, device=mask.device, dtype=bias.dtype)}
+
+    def _position_weights(self) -> dict[str, torch.Tensor]:
+        """local-p's W_pᵀ (d, d), contiguous, and v_p (d,), for the steps of a search: one
+        ``mm`` of a query row with W_pᵀ costs a third of ``F.linear``'s call at batch 1. Taken
+        when the memory is prepared, as global and local `general` take W_a h̄_s then."""
+        if self.mode != "local-p":
+            return {}
+        # k(o − f)² = k·o² − 2k·f·o + k·f² for the offsets o and f = p_t − c: the Gaussian of a
+        # step in ops whose scalars are arguments (f, k·f²), not tensors to wrap
+        k, o = -0.5 / self.sigma**2, self.offsets.float()
+        return {"W_p_t": self.W_p.weight.detach().t().contiguous(),
+                "v_p": self.v_p.weight.detach().view(-1),
+                "gauss_o2": k * o.square(), "gauss_o": -2 * k * o, "ones": torch.ones_like(o)}
 
     def _padded(self, memory: Memory) -> dict:
         """``_pad`` of a memory, once (``prepare`` without autograd stores it already)."""
@@ -415,17 +441,27 @@ class LocalAttention(nn.Module):
             rows = {k: v.repeat_interleave(T, 0) for k, v in rows.items()}
             query = query.reshape(B * T, 1, -1)
         M = B * T
-        score_query, projected = self._queries(query, True)  # (M, 1, ·)
+        score_query = query  # general: the keys are W_a h̄_s already
         if self.mode == "local-m":
             p = centre = torch.minimum(positions.repeat(B).view(M, 1, 1), rows["last"])
+        else:
+            p = rows["length"] * torch.sigmoid(self._position_logits(query.view(M, -1), pad)
+                                               .view(M, 1, 1))  # (M, 1, 1), float32
+            centre = torch.minimum(p.long(), rows["last"])
+        if M > E and query.device.type == "cpu":  # beams: rows of one sentence share a block
+            blocks = self._attend_blocks(pad, score_query.view(E, M // E, -1), p, centre,
+                                         need_weights)
+            if blocks is not None:
+                context, dense = blocks
+                return context.view(B, T, -1), dense if dense is None else dense.view(B, T, S)
+        if self.mode == "local-m":
             log_gauss = pad["log_gauss_m"]  # p_t is the (integer) centre: the window's constant
         else:
-            logit = F.linear(torch.tanh(projected), self.v_p.weight)  # v_pᵀ tanh(W_p h_t)
-            p = rows["length"] * torch.sigmoid(logit.float())  # (M, 1, 1), float32
-            centre = torch.minimum(p.long(), rows["last"])
-            # (s − p_t)² as o − (p_t − c): p_t − c is exact in float32 (c = ⌊p_t⌋, or S − 1
-            # when p_t ≥ S − 1), so this rounds like the training path's (c + o) − p_t
-            log_gauss = (pad["offsets"] - (p - centre)).square() * (-0.5 / self.sigma**2)
+            # k(s − p_t)² = k(o − f)² with f = p_t − c, exact in float32 (c = ⌊p_t⌋, or S − 1
+            # when p_t ≥ S − 1), as k·o² − 2k·f·o + k·f² (see _position_weights)
+            f = p - centre
+            log_gauss = torch.addcmul(pad["gauss_o2"], f, pad["gauss_o"])
+            log_gauss.addcmul_(f, f, value=-0.5 / self.sigma**2)
         # window = rows start..start+2D of the flattened buffer
         start = (centre if E == 1 else centre + rows["start"]).view(M)
         d = max(pad["values"].size(2), 0 if pad["keys"] is None else pad["keys"].size(2))
@@ -449,6 +485,58 @@ class LocalAttention(nn.Module):
         dense = weights.new_zeros(M, 1, S + 2 * self.window).scatter_(2, slots, weights)
         return context, dense.narrow(2, self.window, S).reshape(B, T, S)
 
+    def _attend_blocks(
+        self, pad: dict, score_query: torch.Tensor, p: torch.Tensor, centre: torch.Tensor,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The rows of a beam, g per sentence (score_query (E, g, d)), mostly attend to about
+        the same words: each sentence's g windows are read as one block of the padded buffers,
+        the rows lo..hi + 2D that they cover (lo, hi: its least and greatest centre), with each
+        row's window cut out of the block by a mask. One gather of E blocks (a slice when E = 1)
+        and one product per sentence then replace the gather of E·g windows, g times fewer
+        rows when the hypotheses agree. Returns the context (E·g, 1, d) and the dense weights
+        (E·g, 1, S) or None, or None when the blocks would not read fewer rows than the windows
+        (the hypotheses far apart): the caller then gathers windows.
+
+        The block costs one host read of the centres per step, so it is taken on the CPU only."""
+        E, g, _ = score_query.shape
+        D, W = self.window, 2 * self.window + 1
+        c = centre.view(E, g)
+        lo = c.amin(1, keepdim=True)  # (E, 1): each sentence's first window row
+        span = int((c - lo).max()) + W
+        if span * E >= W * E * g:  # no fewer rows than the windows
+            return None
+        if E == 1:
+            first = int(lo)
+            cut = lambda x: x.narrow(1, first, span)  # (1, span, ·): a view, no copy
+        else:
+            starts = lo.view(E) + pad["entry_start"]
+
+            def cut(x: torch.Tensor) -> torch.Tensor:  # (E, span, ·): one gather
+                rows = x.reshape(-1, x.size(-1)).unfold(0, span, 1).transpose(1, 2)
+                return rows.index_select(0, starts)
+
+        values = cut(pad["values_pad"])
+        keys = values if pad["keys"] is None else cut(pad["keys_pad"])
+        bias = cut(pad["bias_pad"].transpose(1, 2)).transpose(1, 2)  # (E, 1, span)
+        scores = self._window_scores(score_query, keys.transpose(1, 2), bias)  # (E, g, span)
+        # slot j of the block is padded row lo + j, i.e. source position lo + j − D: offset
+        # o = lo + j − D − c from a row's centre c (its window: o = −D..D)
+        offset = pad["block_slots"][:span] - (c - lo + D).unsqueeze(-1)  # (E, g, span)
+        scores.masked_fill_(offset.abs() > D, float("-inf"))  # outside the row's window
+        log_gauss = None
+        if self.gaussian:  # k(o − (p_t − c))², as the window path
+            distance = offset if p is centre else offset - (p - centre).view(E, g, 1)
+            log_gauss = distance.square_().mul_(-0.5 / self.sigma**2)
+        weights = self._window_weights(scores, log_gauss)  # (E, g, span)
+        context = torch.bmm(weights.to(values.dtype), values).view(E * g, 1, -1)
+        if not need_weights:
+            return context, None
+        S = pad["values_pad"].size(1) - 2 * D
+        slots = (lo.unsqueeze(-1) + pad["block_slots"][:span].long()).expand(E, g, span)
+        dense = weights.new_zeros(E, g, S + 2 * D).scatter_(2, slots, weights)
+        return context, dense.narrow(2, D, S).reshape(E * g, 1, S)
+
     def _attend_windows(
         self, pad: dict, score_query: torch.Tensor, start: torch.Tensor, log_gauss: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -465,64 +553,51 @@ class LocalAttention(nn.Module):
         weights = self._window_weights(scores, log_gauss)
         return torch.bmm(weights.to(values.dtype), values), weights
 
+    @staticmethod
+    def _position_logits(x: torch.Tensor, pad: dict) -> torch.Tensor:
+        """v_pᵀ tanh(W_p h_t) (M,) of query rows x (M, d), float32."""
+        h = torch.mm(x, pad["W_p_t"]).tanh_()  # (under autocast: in its precision)
+        return torch.mv(h, pad["v_p"].to(h.dtype)).float()
+
     def _decode_single(
         self, query: torch.Tensor, pad: dict, t: int | None, need_weights: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One query row of one sentence (dot or general score; greedy search at batch 1), where
-        a step is a few dozen tiny ops that each cost more than their arithmetic: the centre is a
+        a step is a dozen tiny ops that each cost more than their arithmetic: the centre is a
         Python number, the window a slice of the padded buffer, the mask is applied only where
-        the window leaves the sentence, and local-p's 2D+1 weights (softmax and Gaussian) are
-        computed on Python floats, cheaper than five tensor ops on 21 numbers."""
+        the window leaves the sentence, and p_t's sigmoid is taken on a Python float."""
         D, W = self.window, 2 * self.window + 1
-        S = pad["values_pad"].size(1) - 2 * D
         last = pad["min_last"]  # the sentence's last position
-        x = query.reshape(1, -1)  # h_t; general: the keys are W_a h̄_s already
+        x = query.view(1, -1)  # h_t; general: the keys are W_a h̄_s already
         if self.mode == "local-m":  # p_t = min(t, S − 1)
             centre = min(t, last)
-        else:
-            logit = F.linear(torch.tanh(F.linear(x, self.W_p.weight)), self.v_p.weight)
-            # p_t = S·σ(·) as float32 computes it: S·σ is exact in double, then rounded once
-            p = _float32(pad["length"] * float(torch.sigmoid(logit.float())))
+        else:  # p_t = S·σ(v_pᵀ tanh(W_p h_t)), rounded to float32 as the training path's
+            logit = float(self._position_logits(x, pad))
+            p = _float32(pad["length"] * _float32(_sigmoid(logit)))
             centre = min(int(p), last)
-        window = pad["values_0"].narrow(0, centre, W)  # (W, d): positions c − D .. c + D
-        keys = window if pad["keys"] is None else pad["keys_0"].narrow(0, centre, W)
-        scores = torch.mm(x, keys.t())
-        inside = D <= centre <= last - D
-        if self.mode == "local-p":
-            w = array.array("f", self._python_weights(scores.tolist()[0], p, centre, last))
-            weights = torch.frombuffer(w, dtype=torch.float32).view(1, W).to(scores.device)
-        else:
-            if not inside:  # −inf where the window leaves the sentence
-                scores = scores.float() + pad["bias_0"].narrow(1, centre, W)
-            weights = self._window_weights(scores.float(), pad["log_gauss_row"])  # (1, W)
-        context = torch.mm(weights.to(window.dtype), window).view(1, 1, -1)
+        values = pad["values_0"][centre : centre + W]  # (W, d): positions c − D .. c + D
+        keys = values if pad["keys"] is None else pad["keys_0"][centre : centre + W]
+        scores = torch.mm(x, keys.t())  # (1, W)
+        if not D <= centre <= last - D:  # −inf where the window leaves the sentence
+            scores = scores.float() + pad["bias_0"][:, centre : centre + W]
+        scores = scores.float()
+        if self.mode == "local-m":
+            weights = self._window_weights(scores, pad["log_gauss_row"])  # (1, W)
+        else:  # eq. 7 and 10 with log_gauss = k(o − f)², f = p_t − c
+            f = p - centre
+            log_gauss = torch.add(pad["gauss_o2"], pad["gauss_o"], alpha=f)  # without k·f²
+            if self.composition == "inside":  # k·f² is the same in every slot: softmax drops it
+                weights = torch.softmax(scores.add_(log_gauss), dim=-1)
+            else:
+                gauss = log_gauss.add_(pad["ones"], alpha=-0.5 / self.sigma**2 * f * f).exp_()
+                weights = torch.softmax(scores, dim=-1).mul_(gauss)
+        context = torch.mm(weights.to(values.dtype), values).view(1, 1, -1)
         if not need_weights:
             return context, None
+        S = pad["values_pad"].size(1) - 2 * D
         dense = weights.new_zeros(1, S + 2 * D)
         dense.narrow(1, centre, W).copy_(weights)
         return context, dense.narrow(1, D, S).reshape(1, 1, S)
-
-    def _python_weights(self, scores: list[float], p: float, centre: int, last: int) -> list[float]:
-        """local-p's weights of one window (eq. 7 and 10) in double precision from its scores:
-        slots outside the sentence (position < 0 or > last) get 0, as exp(−inf) does."""
-        D = self.window
-        lo, hi = max(0, D - centre), min(2 * D + 1, last - centre + D + 1)  # slots inside
-        k, shift = -0.5 / self.sigma**2, centre - D - p  # slot j is at distance j + shift from p_t
-        log_gauss = [k * (j + shift) ** 2 for j in range(lo, hi)]
-        exp = math.exp
-        if self.composition == "inside":
-            inside = [s + g for s, g in zip(scores[lo:hi], log_gauss)]
-            top = max(inside)
-            e = [exp(s - top) for s in inside]
-            z = sum(e)
-            w = [a / z for a in e]
-        else:  # paper: softmax over the window, times the Gaussian
-            inside = scores[lo:hi]
-            top = max(inside)
-            e = [exp(s - top) for s in inside]
-            z = sum(e)
-            w = [a / z * exp(g) for a, g in zip(e, log_gauss)]
-        return [0.0] * lo + w + [0.0] * (2 * D + 1 - hi)
 
     def _decode_aligned(
         self, query: torch.Tensor, memory: Memory, pad: dict, t: int, need_weights: bool
@@ -533,8 +608,7 @@ class LocalAttention(nn.Module):
         B = query.size(0)
         E, S = memory.mask.shape
         W = 2 * self.window + 1
-        score_query, _ = self._queries(query, True)
-        score_query = score_query.reshape(E, B // E, -1)  # (E, k, ·)
+        score_query = query.reshape(E, B // E, -1)  # (E, k, d); general: keys are W_a h̄_s
         keys = pad["keys_pad"].narrow(1, t, W)  # (E, W, d_k)
         values = pad["values_pad"].narrow(1, t, W)
         bias = pad["bias_pad"].narrow(2, t, W)
