@@ -133,6 +133,7 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
     for several), and through gathered windows when they are far apart: both equal the
     training path, weights included, at a step inside every sentence and one past the ends."""
     E, S, d, k = len(lengths), 40, 8, 4
+    torch.manual_seed(0)  # the attention's parameters
     g = torch.Generator().manual_seed(1)
     values = torch.randn(E, S, d, generator=g)
     mask = lengths_to_mask(torch.tensor(lengths), S)
@@ -164,6 +165,34 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
         assert paths and all(paths)
     else:
         assert not all(paths)  # far apart: gathered windows
+
+
+def test_beam_blocks_stay_inside_their_sentence():
+    """Sentences whose hypotheses spread differently share one block width: the block of a
+    sentence whose windows sit at its end must not run past its rows (into the next sentence,
+    or past the buffer for the last one)."""
+    E, S, d, k, D = 2, 40, 8, 4, 3
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(E, S, d, generator=g)
+    mask = torch.ones(E, S, dtype=torch.bool)
+    att = LocalAttention("local-p", "general", d, d, window=D)
+    with torch.no_grad():  # p_t = S·σ(20·tanh(h_1)): each row's p_t chosen through h_1
+        att.W_p.weight.copy_(torch.eye(d))
+        att.v_p.weight.zero_()[0, 0] = 20.0
+    targets = torch.tensor([[0.5, 5.5, 5.5, 5.5], [39.5, 39.5, 39.2, 39.5]])  # p_t per row
+    query = torch.randn(E, k, 1, d, generator=g)
+    query[..., 0] = torch.atanh(torch.logit(targets / S) / 20).unsqueeze(-1)
+    query = query.view(E * k, 1, d)
+    positions = torch.tensor([3])
+    with torch.enable_grad():
+        memory = att.prepare(values, mask).repeat_rows(k)
+        want, want_dense = (x.detach() for x in att(query, memory, positions))
+        p = att.aligned_positions(query, memory, positions).detach()
+    torch.testing.assert_close(p.view(E, k), targets, rtol=0, atol=1e-3)
+    with torch.no_grad():
+        got, dense = att(query, att.prepare(values, mask).repeat_rows(k), positions)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dense, want_dense, rtol=1e-5, atol=1e-6)
 
 
 def test_local_m_window_at_sentence_start_and_past_the_end():

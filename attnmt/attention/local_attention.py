@@ -503,9 +503,11 @@ class LocalAttention(nn.Module):
         D, W = self.window, 2 * self.window + 1
         c = centre.view(E, g)
         lo = c.amin(1, keepdim=True)  # (E, 1): each sentence's first window row
-        span = int((c - lo).max()) + W
+        span = int((c - lo).max()) + W  # rows per block: the widest sentence's
         if span * E >= W * E * g:  # no fewer rows than the windows
             return None
+        rows_per_entry = pad["values_pad"].size(1)  # S + 2D
+        lo.clamp_(max=rows_per_entry - span)  # a narrower sentence's block stays in its rows
         if E == 1:
             first = int(lo)
             cut = lambda x: x.narrow(1, first, span)  # (1, span, ·): a view, no copy
