@@ -144,6 +144,7 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
     with torch.no_grad():
         if mode == "local-p":  # p_t spread over the sentence when the queries are
             att.v_p.weight.mul_(8)
+    monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
     taken = []
     blocks = LocalAttention._attend_blocks
     monkeypatch.setattr(LocalAttention, "_attend_blocks",
@@ -167,7 +168,7 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
         assert not all(paths)  # far apart: gathered windows
 
 
-def test_beam_blocks_stay_inside_their_sentence():
+def test_beam_blocks_stay_inside_their_sentence(monkeypatch):
     """Sentences whose hypotheses spread differently share one block width: the block of a
     sentence whose windows sit at its end must not run past its rows (into the next sentence,
     or past the buffer for the last one)."""
@@ -184,6 +185,7 @@ def test_beam_blocks_stay_inside_their_sentence():
     query[..., 0] = torch.atanh(torch.logit(targets / S) / 20).unsqueeze(-1)
     query = query.view(E * k, 1, d)
     positions = torch.tensor([3])
+    monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
     with torch.enable_grad():
         memory = att.prepare(values, mask).repeat_rows(k)
         want, want_dense = (x.detach() for x in att(query, memory, positions))

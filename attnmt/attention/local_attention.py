@@ -52,12 +52,12 @@ one ``bmm`` over the same rows. One query row (greedy search at batch 1) takes i
 slice at a Python-number centre. local-m needs no gather at all while every sentence is still
 longer than t (its windows are then the same slice [t, t+2D] of every entry: a strided view).
 Steps with many query rows at long S gather their windows in chunks, so a step's temporaries stay
-well below global attention's B×S scores. The k hypotheses of a beam mostly look at the same
-words: on the CPU their windows are read as one block per sentence (the rows from its first
-window to its last, one gather for all sentences, a slice for one), each row's window cut out
-of the block by a mask, whenever that reads fewer rows than the k windows would. The memory is shareable: the K beam hypotheses of a
-sentence read its one entry. The dense (B, T, S) weights are built by scattering the window
-weights back, and only when asked for (need_weights=True).
+well below global attention's B×S scores. The memory is shareable: the K beam hypotheses of a
+sentence read its one entry, and they mostly look at the same words: in steps with many rows,
+on the CPU, a sentence's K windows are read as one block (the rows from its first window to its
+last; one gather for all sentences), each row's window cut out of the block by a mask, whenever
+that reads fewer rows than the K windows would. The dense (B, T, S) weights are built by
+scattering the window weights back, and only when asked for (need_weights=True).
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ CHUNK_ELEMENTS = 1 << 20
 # at long S, in STEP_CHUNKS chunks, each then smaller than one of the B×T×S score tensors a step of
 # global attention allocates (it allocates about three): a step's temporaries stay well below
 # global attention's. At short S ((2D+1)·d > STEP_CHUNKS·S) chunks could not do that, and the
-# windows are gathered at once rather than in many small products.
+# windows are gathered at once rather than in many small products. Beam steps above it read one
+# block per sentence instead (``_attend_blocks``), when that reads fewer rows.
 STEP_WINDOW_ELEMENTS = 1 << 16
 STEP_CHUNKS = 4
 
@@ -448,7 +449,11 @@ class LocalAttention(nn.Module):
             p = rows["length"] * torch.sigmoid(self._position_logits(query.view(M, -1), pad)
                                                .view(M, 1, 1))  # (M, 1, 1), float32
             centre = torch.minimum(p.long(), rows["last"])
-        if M > E and query.device.type == "cpu":  # beams: rows of one sentence share a block
+        d = max(pad["values"].size(2), 0 if pad["keys"] is None else pad["keys"].size(2))
+        gathered = M * (2 * self.window + 1) * d  # one window tensor (keys and values in turn)
+        if M > E and gathered > STEP_WINDOW_ELEMENTS and query.device.type == "cpu":
+            # beams: the rows of a sentence share a block (small steps: its dozen more ops
+            # cost more than the gathers they save)
             blocks = self._attend_blocks(pad, score_query.view(E, M // E, -1), p, centre,
                                          need_weights)
             if blocks is not None:
@@ -464,8 +469,6 @@ class LocalAttention(nn.Module):
             log_gauss.addcmul_(f, f, value=-0.5 / self.sigma**2)
         # window = rows start..start+2D of the flattened buffer
         start = (centre if E == 1 else centre + rows["start"]).view(M)
-        d = max(pad["values"].size(2), 0 if pad["keys"] is None else pad["keys"].size(2))
-        gathered = M * (2 * self.window + 1) * d  # one window tensor (keys and values in turn)
         if gathered <= STEP_WINDOW_ELEMENTS or gathered > STEP_CHUNKS * M * S:
             context, weights = self._attend_windows(pad, score_query, start, log_gauss)
         else:  # long S: STEP_CHUNKS chunks, each below one B×S score tensor of global's
