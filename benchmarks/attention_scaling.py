@@ -23,11 +23,17 @@ thread the ops run on it; CPU time, unlike wall time, does not count waiting for
 shared machine) or of synchronised wall time on CUDA; the kinds are timed round-robin so that
 load changes hit them alike. Memory: the peak allocated during one call above what was live
 before it, in MB (CPU: allocator events from torch.profiler; CUDA: max_memory_allocated).
-Ratios global/local come from the same run. Prints one JSON line, then a one-line summary that
-ends with issue 16's goals (local per-word time <= global's in every decode row; at S = 4000 a
-whole decoder step >= 2x faster and <= 0.3x global's memory per attention step).
+Ratios global/local come from the same run. With --paired ROUNDS the decode rows are timed
+instead in ROUNDS rounds of one search per kind, back to back, and a decode ratio is the median
+over rounds of global's time / local's time in the same round (its quartiles beside it): on a
+shared machine whose speed drifts by more than the 2-5 % a batch-1 row differs by, the fastest
+runs of two kinds may come from different quiet moments, paired rounds do not. Prints one JSON
+line, then a one-line summary that ends with issue 16's goals (local per-word time <= global's
+in every decode row; at S = 4000 a whole decoder step >= 2x faster and <= 0.3x global's memory
+per attention step).
 
     python benchmarks/attention_scaling.py                        # CPU, 1 thread
+    python benchmarks/attention_scaling.py --sizes 200,1000,4000 --measures decode --paired 60
     python benchmarks/attention_scaling.py --device cuda --threads 0
 """
 
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 
 import torch
@@ -219,16 +226,48 @@ def decode_workloads(kind: str, S: int, B: int, args, device: torch.device) -> d
     return calls
 
 
-def decode_rows(sizes, args, device) -> list[dict]:
-    rows = []
+def paired_ms(fns: dict, device: torch.device, rounds: int) -> dict:
+    """Every function's time in each of ``rounds`` rounds (lists, ms); a round runs each once,
+    back to back, in an order that rotates, so neighbouring calls share the machine's state."""
+    clock = time.perf_counter if device.type == "cuda" else time.thread_time
+    for fn in fns.values():  # warm-up
+        fn()
+    sync(device)
+    times = {k: [] for k in fns}
+    kinds = list(fns)
+    for r in range(rounds):
+        for k in kinds[r % len(kinds):] + kinds[: r % len(kinds)]:
+            t0 = clock()
+            fns[k]()
+            sync(device)
+            times[k].append((clock() - t0) * 1e3)
+    return times
+
+
+def quartiles(x: list[float]) -> list[float]:
+    x = sorted(x)
+    return [round(x[len(x) // 4], 3), round(statistics.median(x), 3), round(x[3 * len(x) // 4], 3)]
+
+
+def decode_rows(sizes, args, device) -> tuple[list[dict], dict]:
+    """The decode rows and, with --paired ROUNDS, the quartiles of each round's global/local
+    time ratio per (S, batch, beam, local kind)."""
+    rows, paired = [], {}
     for S in sizes:
         for B in args.decode_batches:
             loads = {kind: decode_workloads(kind, S, B, args, device) for kind in KINDS}
             with torch.no_grad():
                 prepare = fastest_ms({k: loads[k]["prepare"] for k in KINDS}, device, 0.0)
             for beam in args.beams:
-                best = fastest_ms({k: loads[k][beam] for k in KINDS}, device, args.min_time,
-                                  min_reps=2)
+                calls = {k: loads[k][beam] for k in KINDS}
+                if args.paired:
+                    times = paired_ms(calls, device, args.paired)
+                    best = {k: min(v) for k, v in times.items()}
+                    for local in KINDS[1:]:
+                        ratios = [g / l for g, l in zip(times["global"], times[local])]
+                        paired[(S, B, beam, local)] = quartiles(ratios)
+                else:
+                    best = fastest_ms(calls, device, args.min_time, min_reps=2)
                 words = B * args.decode_steps
                 for kind in KINDS:
                     rows.append({"S": S, "kind": kind, "batch": B, "beam": beam,
@@ -236,7 +275,7 @@ def decode_rows(sizes, args, device) -> list[dict]:
                                  "word_ms": round(best[kind] / words, 4),
                                  "prepare_ms": round(prepare[kind], 4)})
             del loads
-    return rows
+    return rows, paired
 
 
 def main() -> None:
@@ -256,6 +295,9 @@ def main() -> None:
     parser.add_argument("--decode-batches", default="1,32", help="batch sizes of the decode rows")
     parser.add_argument("--beams", default="1,5", help="beam sizes of the decode rows (1: greedy)")
     parser.add_argument("--decode-steps", type=int, default=16, help="output words per sentence")
+    parser.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                        help="decode rows: time ROUNDS interleaved rounds and compare kinds by "
+                             "the median of the per-round ratios (default: fastest of each)")
     args = parser.parse_args()
     args.global_score = args.global_score or args.score
     args.measures = args.measures.split(",")
@@ -289,19 +331,24 @@ def main() -> None:
                     key = f"{m}_{unit}"
                     ratio[key] = round(by[(S, "global")][key] / max(by[(S, local)][key], 1e-9), 2)
             ratios.append(ratio)
-    decoded = decode_rows(sizes, args, device) if decode else []
+    decoded, paired = decode_rows(sizes, args, device) if decode else ([], {})
     dec = {(r["S"], r["batch"], r["beam"], r["kind"]): r for r in decoded}
     decode_ratios = [
         {"S": S, "batch": B, "beam": K, "local": local,
          "word_ms": round(r["word_ms"] / max(dec[(S, B, K, local)]["word_ms"], 1e-9), 2)}
         for (S, B, K, kind), r in dec.items() if kind == "global" for local in KINDS[1:]
     ]
+    for r in decode_ratios:  # --paired: the median round's ratio decides, quartiles beside it
+        if (r["S"], r["batch"], r["beam"], r["local"]) in paired:
+            r["fastest_word_ms"] = r["word_ms"]
+            r["paired_quartiles"] = paired[(r["S"], r["batch"], r["beam"], r["local"])]
+            r["word_ms"] = r["paired_quartiles"][1]
     goals = issue16_goals(ratios, decode_ratios)
     config = {k: getattr(args, k) for k in ("batch", "dim", "tgt", "window", "score", "vocab")}
     config.update(global_score=args.global_score, device=str(device))
     config.update(threads=torch.get_num_threads(), torch=torch.__version__)
     if decode:
-        config.update(decode_steps=args.decode_steps)
+        config.update(decode_steps=args.decode_steps, paired_rounds=args.paired)
     print(json.dumps({"benchmark": "attention_scaling", **config, "rows": rows, "ratios": ratios,
                       "decode": decoded, "decode_ratios": decode_ratios, "goals": goals}))
 
@@ -320,8 +367,10 @@ def main() -> None:
             f"{by[(hi, 'global')][m0 + '_ms']}"
         )
     for r in decode_ratios:
+        spread = (f" (quartiles {r['paired_quartiles'][0]}-{r['paired_quartiles'][2]})"
+                  if "paired_quartiles" in r else "")
         parts.append(f"decode S={r['S']} B={r['batch']} beam={r['beam']} "
-                     f"global/{r['local']} {r['word_ms']}x per word;")
+                     f"global/{r['local']} {r['word_ms']}x per word{spread};")
     for name, goal in goals.items():
         parts.append(f"goal {name}: {'met' if goal['met'] else 'NOT met'} ({goal['detail']});")
     print(" ".join(parts))
