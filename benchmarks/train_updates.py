@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--row-groups", type=int, default=0, help="train.row_groups (0 auto, 1 off)")
-    ap.add_argument("--processes", type=int, default=1, help="train.row_processes: rows split over this many processes")
+    ap.add_argument("--processes", type=int, default=1, help="rows split over this many processes (train/row_processes.py)")
     ap.add_argument("--bf16", action="store_true", help="bfloat16 products (train.amp on a CPU with bfloat16 units)")
     ap.add_argument("--runs", type=int, default=3, help="fresh processes, one after the other")
     ap.add_argument("--sentences", type=int, default=12000, help="first N training pairs to batch")
