@@ -136,6 +136,8 @@ def test_bad_training_corpus(side, bad, tmp_path, tiny_corpus):
     ("line counts", lambda c: (c / "train.es").write_text("uno\ndos\n"), ("train.en has", "train.es has 2")),
     ("dev line counts", lambda c: (c / "dev.en").write_text("a\n"), ("dev.en has 1", "dev.es has")),
     ("tsv without tab", lambda c: (c / "train.tsv").write_text("a\tb\nno tab here\n"), ("train.tsv:2:", "tab")),
+    ("tsv ragged columns", lambda c: (c / "train.tsv").write_text("a\tb\n\nc\td\te\n"),
+     ("train.tsv:3:", "3 tab-separated columns, line 1 has 2")),
     ("no pairs", lambda c: ((c / "train.en").write_text("a\n\n"), (c / "train.es").write_text("\nb\n")),
      ("train.en", "no non-empty")),
 ])
@@ -143,7 +145,7 @@ def test_bad_parallel_corpus(what, make, words, tmp_path, tiny_corpus):
     c = copy_corpus(tmp_path, tiny_corpus)
     make(c)
     argv = train_argv(tmp_path, c)
-    if what == "tsv without tab":
+    if what.startswith("tsv"):
         argv += ["--set", f"data.train={c}/train.tsv"]
     assert_fails(tmp_path, argv, words)
 

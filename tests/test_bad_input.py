@@ -577,3 +577,15 @@ def test_write_errors_leave_no_temporary_file(tmp_path):
     with pytest.raises(RuntimeError):
         write_lines(tmp_path / "out.txt", lines())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ragged_tsv_is_an_error_not_other_columns(tmp_path, tiny_run):
+    """A TSV line with more columns than the first (a tab inside a sentence) would have its last
+    two fields read as source and target: a perplexity of the wrong text, exit 0."""
+    tsv = tmp_path / "x.tsv"
+    tsv.write_text("the cat\tel gato\n\nthe dog\tel perro\textra\n", encoding="utf-8")
+    assert_fails(tmp_path, ["eval", "--model", str(tiny_run), "--input", str(tsv)],
+                 (f"{tsv}:3:", "3 tab-separated columns, line 1 has 2"))
+    tsv.write_text("k1\tthe cat\tel gato\nk2\tthe dog\tel perro\n", encoding="utf-8")
+    status, out, err = run_cli(["eval", "--model", str(tiny_run), "--input", str(tsv), "--json"])
+    assert status == 0, err  # key<TAB>src<TAB>tgt on every line is fine

@@ -1,9 +1,10 @@
 """Reading parallel and monolingual text with validation.
 
 A parallel corpus is either two aligned files ``PREFIX.SRC`` / ``PREFIX.TGT`` or one TSV file whose
-last two columns are source and target (``key<TAB>src<TAB>tgt`` also works). Problems the user can
-fix are reported as one-line errors naming the file and line: different line counts (both files
-and counts), invalid UTF-8 or NUL bytes (file:line), lines over ``MAX_LINE_BYTES`` (file:line), a
+last two columns are source and target (``key<TAB>src<TAB>tgt`` also works; every line of a TSV
+has the same number of columns). Problems the user can fix are reported as one-line errors naming
+the file and line: different line counts (both files and counts), a TSV line with another number
+of columns than the first, invalid UTF-8 or NUL bytes (file:line), lines over ``MAX_LINE_BYTES`` (file:line), a
 directory where a file belongs. A UTF-8 byte-order mark at the start of a file is dropped (it is no
 part of the first word). Pairs with an empty side are skipped and counted.
 
@@ -103,6 +104,7 @@ def read_parallel(prefix: str, src: str, tgt: str) -> tuple[list[str], list[str]
     stats = ReadStats()
     if isinstance(paths, str):
         src_lines, tgt_lines = [], []
+        first: tuple[int, int] | None = None  # (line, columns) of the first non-blank line
         for number, line in enumerate(read_lines(paths), start=1):
             cols = line.split("\t")
             if len(cols) < 2:
@@ -111,6 +113,11 @@ def read_parallel(prefix: str, src: str, tgt: str) -> tuple[list[str], list[str]
                     tgt_lines.append("")
                     continue
                 raise UserError("expected at least two tab-separated columns", paths, number)
+            if first is None:
+                first = (number, len(cols))
+            elif len(cols) != first[1]:  # the last two columns would be other fields on this line
+                raise UserError(f"has {len(cols)} tab-separated columns, line {first[0]} has "
+                                f"{first[1]} (a tab inside a sentence?)", paths, number)
             src_lines.append(cols[-2])
             tgt_lines.append(cols[-1])
     else:
