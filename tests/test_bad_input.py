@@ -16,6 +16,7 @@ files in tests/bad_input_zoo.py; the server's half of the zoo is tests/test_bad_
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -589,3 +590,39 @@ def test_a_ragged_tsv_is_an_error_not_other_columns(tmp_path, tiny_run):
     tsv.write_text("k1\tthe cat\tel gato\nk2\tthe dog\tel perro\n", encoding="utf-8")
     status, out, err = run_cli(["eval", "--model", str(tiny_run), "--input", str(tsv), "--json"])
     assert status == 0, err  # key<TAB>src<TAB>tgt on every line is fine
+
+
+# -- classification inputs: labels and group columns named by file and line ------------------------------------
+def test_classify_label_and_group_column_errors(tmp_path, classify_run, tiny_run):
+    tsv = tmp_path / "x.tsv"
+    run = ["analyse", "classify", "--model", str(classify_run), "--input", str(tsv)]
+    tsv.write_text("a cat\tsg\t0\nthe cats\tplural\t1\n", encoding="utf-8")
+    assert_fails(tmp_path, run, (f"{tsv}:2:", "'plural'"))
+    (tmp_path / "x.en").write_text("a cat\nthe cats\n", encoding="utf-8")
+    (tmp_path / "x.es").write_text("sg\nzz\n", encoding="utf-8")  # the label file is named
+    assert_fails(tmp_path, run[:-1] + [str(tmp_path / "x")], (f"{tmp_path / 'x.es'}:2:", "'zz'"))
+    # a line without the group column would drop out of the per-group accuracies, exit 0
+    tsv.write_text("a cat\tsg\t0\nthe cats\tpl\n", encoding="utf-8")
+    assert_fails(tmp_path, run, (f"{tsv}:2:", "no column 2", "line 1 has one"))
+    tsv.write_text("a cat\tsg\t0\nthe cats\tpl\t1\n", encoding="utf-8")
+    for column, words in (("7", ("no column 7",)), ("1", ("--group-column", "label")),
+                          ("-1", ("--group-column",))):
+        assert_fails(tmp_path, run + ["--group-column", column], words)
+    status, out, err = run_cli(run + ["--json"])
+    assert status == 0 and set(json.loads(out)["by_group"]) == {"0", "1"}, err
+    tsv.write_text("a cat\tsg\nthe cats\tpl\n", encoding="utf-8")  # no group column: no groups
+    status, out, err = run_cli(run + ["--json"])
+    assert status == 0 and json.loads(out)["by_group"] == {}, err
+    assert_fails(tmp_path, ["analyse", "classify", "--model", str(tiny_run), "--input", str(tsv)],
+                 (str(tiny_run), "not a classification run"))  # was a TypeError traceback
+
+
+def test_classify_training_dev_label_names_file_and_line(tmp_path):
+    (tmp_path / "train.tsv").write_text("a cat\tsg\nthe cats\tpl\n" * 4, encoding="utf-8")
+    (tmp_path / "dev.tsv").write_text("a dog\tsg\n\nthe dogs\tplural\n", encoding="utf-8")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"task: classify\ndata: {{train: {tmp_path}/train.tsv, dev: {tmp_path}/dev.tsv, "
+                   "tokenizer: word}\nmodel: {type: transformer, layers: 1, hidden: 8, heads: 2, ff: 8}\n"
+                   "train: {device: cpu, threads: 1, max_steps: 1}\n", encoding="utf-8")
+    assert_fails(tmp_path, ["train", str(cfg), "--out", str(tmp_path / "run")],
+                 (f"{tmp_path / 'dev.tsv'}:3:", "'plural'"))

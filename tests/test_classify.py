@@ -21,12 +21,14 @@ def _write(path, lines):
 
 def test_reads_tsv_and_two_files(tmp_path):
     _write(tmp_path / "a.tsv", ["one two\tx\t3", "", "three\ty"])
-    texts, labels, extras, _ = read_classification(str(tmp_path / "a.tsv"), "en", "label")
+    texts, labels, extras, where, lines = read_classification(str(tmp_path / "a.tsv"), "en", "label")
     assert texts == ["one two", "three"] and labels == ["x", "y"] and extras == [["3"], []]
+    assert where == str(tmp_path / "a.tsv") and lines == [1, 3]
     _write(tmp_path / "b.en", ["one two", "three"])
     _write(tmp_path / "b.label", ["x", "y"])
-    texts, labels, _, _ = read_classification(str(tmp_path / "b"), "en", "label")
+    texts, labels, _, where, lines = read_classification(str(tmp_path / "b"), "en", "label")
     assert texts == ["one two", "three"] and labels == ["x", "y"]
+    assert where == str(tmp_path / "b.label") and lines == [1, 2]  # labels are named in their file
 
 
 def test_classification_input_errors_name_file_and_line(tmp_path):

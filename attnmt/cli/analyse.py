@@ -207,8 +207,9 @@ def _add_classify(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("classify", help="accuracy of a classifier run, overall and per group")
     _model_args(p, "training run directory (task: classify)")
     p.add_argument("--input", required=True, help="text<TAB>label[<TAB>group] TSV (or PREFIX of two files)")
-    p.add_argument("--group-column", type=int, default=2,
-                   help="0-based TSV column to group by (agreement data: 2 = attractors)")
+    p.add_argument("--group-column", type=int, default=None,
+                   help="0-based TSV column to group by, on every line (default: 2 where the file "
+                   "has it; agreement data: 2 = attractors)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_classify)
 

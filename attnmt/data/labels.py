@@ -50,9 +50,11 @@ class LabelSet:
         return cls([x for x in path.read_text(encoding="utf-8").split("\n") if x])
 
 
-def read_classification(spec: str, src: str, tgt: str) -> tuple[list[str], list[str], list[list[str]], str]:
-    """(texts, labels, extra columns per line, path for messages) of a TSV or PREFIX.SRC/.TGT."""
-    texts, labels, extras = [], [], []
+def read_classification(spec: str, src: str, tgt: str
+                        ) -> tuple[list[str], list[str], list[list[str]], str, list[int]]:
+    """(texts, labels, extra columns per line, the file holding the labels, line number of each
+    example) of a TSV or PREFIX.SRC/.TGT: a bad label is reported as LABEL_FILE:LINE."""
+    texts, labels, extras, numbers = [], [], [], []
     if spec.endswith(".tsv") or (os.path.isfile(spec) and not os.path.exists(f"{spec}.{src}")):
         for number, line in enumerate(read_lines(spec), start=1):
             if not line.strip():
@@ -63,6 +65,7 @@ def read_classification(spec: str, src: str, tgt: str) -> tuple[list[str], list[
             texts.append(cols[0].strip())
             labels.append(cols[1].strip())
             extras.append(cols[2:])
+            numbers.append(number)
         where = spec
     else:
         where = f"{spec}.{src}"
@@ -78,9 +81,10 @@ def read_classification(spec: str, src: str, tgt: str) -> tuple[list[str], list[
             texts.append(x.strip())
             labels.append(y.strip())
             extras.append([])
+            numbers.append(number)
     if not texts:
         raise UserError("no labelled sentences", where)
-    return texts, labels, extras, where
+    return texts, labels, extras, spec if where == spec else f"{spec}.{tgt}", numbers
 
 
 def encode_inputs(tok, texts: list[str], max_len: int) -> list[list[int]]:

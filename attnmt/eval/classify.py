@@ -12,6 +12,7 @@ import torch
 
 from attnmt.data.batching import iterate_batches, make_batches
 from attnmt.data.labels import encode_inputs, read_classification
+from attnmt.errors import UserError
 from attnmt.runs.loader import load_run
 
 
@@ -39,19 +40,35 @@ def accuracy_by_group(predicted: list[int], gold: list[int], groups: list[str]) 
     return {k: {"accuracy": c / n, "n": n} for k, (c, n) in sorted(hits.items())}
 
 
-def evaluate_file(run_dir: str, path: str, checkpoint: str = "best", group_column: int = 2) -> dict:
+def evaluate_file(run_dir: str, path: str, checkpoint: str = "best", group_column: int | None = None) -> dict:
     """Accuracy of a classification run on a TSV/two-file set, overall and per value of the
-    TSV's ``group_column`` (0-based; column 2 = number of attractors in agreement data)."""
+    TSV's ``group_column`` (0-based; column 2 = number of attractors in agreement data).
+
+    ``None``: column 2 where the file has one. A column given explicitly must be past the text and
+    label; the group column, explicit or not, must be on every line once it is on one (a line
+    without it would silently drop out of the per-group figures)."""
+    if group_column is not None and group_column < 2:
+        raise UserError(f"--group-column must be 2 or more (0 is the text, 1 the label), got {group_column}")
     run = load_run(run_dir, checkpoint, "cpu")
     model, cfg, src_tok, labels = run.model, run.cfg, run.src_tok, run.tgt_tok
-    texts, gold_labels, extras, where = read_classification(path, cfg.data.src, cfg.data.tgt)
+    if cfg.task != "classify":
+        raise UserError(f"not a classification run (task: {cfg.task})", str(run_dir))
+    texts, gold_labels, extras, where, numbers = read_classification(path, cfg.data.src, cfg.data.tgt)
+    k = (2 if group_column is None else group_column) - 2  # extras start at column 2
+    having = [len(e) > k for e in extras]
+    if any(having) and not all(having):
+        line = numbers[having.index(False)]
+        first = numbers[having.index(True)]
+        raise UserError(f"has no column {k + 2} to group by, line {first} has one", where, line)
+    if group_column is not None and not any(having):
+        raise UserError(f"no column {group_column} to group by (0-based; the lines have "
+                        f"{2 + max(len(e) for e in extras)} columns)", where)
     if cfg.data.lowercase:
         texts = [t.lower() for t in texts]
     ids = encode_inputs(src_tok, texts, cfg.data.max_len)
-    gold = [labels.encode(y, where) for y in gold_labels]
+    gold = [labels.encode(y, where, n) for y, n in zip(gold_labels, numbers)]
     predicted = predict(model, ids, torch.device("cpu"))
-    k = group_column - 2  # extras start at column 2
-    groups = [e[k] if 0 <= k < len(e) else "all" for e in extras]
+    groups = [e[k] if having[i] else "all" for i, e in enumerate(extras)]
     by_group = accuracy_by_group(predicted, gold, groups)
     return {"accuracy": by_group["all"]["accuracy"], "n": len(gold),
             "by_group": {g: v for g, v in by_group.items() if g != "all"}}

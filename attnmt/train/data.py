@@ -137,7 +137,7 @@ def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[
     from attnmt.data.labels import LabelSet, encode_inputs, read_classification
 
     d = cfg.data
-    texts, labels, _, where = read_classification(d.train, d.src, d.tgt)
+    texts, labels, _, where, numbers = read_classification(d.train, d.src, d.tgt)
     texts = _lower(texts, cfg)
     src_tok = _tokenizer(cfg, run_dir, "src", texts, create)
     label_set = LabelSet.build(labels)
@@ -147,12 +147,14 @@ def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[
     if not create:
         src_tok, label_set = load_tokenizer(run_dir, "src"), LabelSet.load(run_dir)
 
-    def encode(lines: list[str], tags: list[str], path: str) -> tuple[list[list[int]], list[list[int]]]:
-        return encode_inputs(src_tok, lines, d.max_len), [[label_set.encode(t, path)] for t in tags]
+    def encode(lines: list[str], tags: list[str], path: str, at: list[int]
+               ) -> tuple[list[list[int]], list[list[int]]]:
+        return (encode_inputs(src_tok, lines, d.max_len),
+                [[label_set.encode(t, path, n)] for t, n in zip(tags, at)])
 
-    data = TaskData(src_tok, label_set, *encode(texts, labels, where))
+    data = TaskData(src_tok, label_set, *encode(texts, labels, where, numbers))
     data.notes.append(f"train: {len(texts)} sentences, {len(label_set)} classes ({', '.join(label_set.labels)})")
     if d.dev:
-        dev_texts, dev_labels, _, dev_where = read_classification(d.dev, d.src, d.tgt)
-        data.dev_src, data.dev_tgt = encode(_lower(dev_texts, cfg), dev_labels, dev_where)
+        dev_texts, dev_labels, _, dev_where, dev_numbers = read_classification(d.dev, d.src, d.tgt)
+        data.dev_src, data.dev_tgt = encode(_lower(dev_texts, cfg), dev_labels, dev_where, dev_numbers)
     return data
