@@ -626,3 +626,23 @@ def test_classify_training_dev_label_names_file_and_line(tmp_path):
                    "train: {device: cpu, threads: 1, max_steps: 1}\n", encoding="utf-8")
     assert_fails(tmp_path, ["train", str(cfg), "--out", str(tmp_path / "run")],
                  (f"{tmp_path / 'dev.tsv'}:3:", "'plural'"))
+
+
+# -- figures of one sentence: an empty or ignored --target --------------------------------------------------------
+def test_heatmap_and_windows_target_problems(tmp_path, tiny_run, window_run, classify_run, monkeypatch):
+    png = str(tmp_path / "h.png")
+    for target in ("", "  "):  # were ValueError tracebacks (a plot of no rows)
+        assert_fails(tmp_path, ["analyse", "heatmap", "--model", str(tiny_run), "--input", "a cat",
+                                "--target", target, "--out", png, "--csv", str(tmp_path / "h.csv")],
+                     ("--target is empty",))
+        assert_fails(tmp_path, ["analyse", "windows", "--model", str(window_run), "--input", "a cat",
+                                "--target", target, "--out", str(tmp_path / "win")], ("--target is empty",))
+    # a classifier has no output to force: --target was ignored, exit 0
+    assert_fails(tmp_path, ["analyse", "windows", "--model", str(classify_run), "--input", "a cat",
+                            "--target", "x", "--out", str(tmp_path / "win")], ("--target", "classify"))
+    from attnmt.decode.translate import Translation, Translator
+
+    monkeypatch.setattr(Translator, "translate",
+                        lambda self, lines, **kw: [[Translation("", 0.0, ["a", "cat"], [])] for _ in lines])
+    assert_fails(tmp_path, ["analyse", "heatmap", "--model", str(tiny_run), "--input", "a cat", "--out", png],
+                 (str(tiny_run), "translates --input to nothing"))

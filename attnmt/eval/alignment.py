@@ -180,10 +180,15 @@ def sentence_attention(member: Run, sentence: str, target: str | None = None, be
     model's beam-search translation, or ``target``, force decoded; one row per output piece."""
     translation = None
     if target is not None:
+        if not target.strip():
+            raise UserError("--target is empty: give the translation to force decode, or leave it out")
         ids = member.tgt_tok.encode(target.lower() if member.cfg.data.lowercase else target)
     else:
         best = Translator.of(member).translate([sentence], beam=beam)[0][0]
         ids, translation = member.tgt_tok.encode_pieces(best.tgt_pieces), best.text
+        if not ids:  # no row to plot
+            raise UserError("the model translates --input to nothing: no attention to show; give "
+                            "a --target to force decode", member.name or None)
     concrete = resolve_timing(member.cfg, timing)
     rows = output_rows(force_attention(member, [sentence], [ids])[0], len(ids), concrete)
     return SentenceAttention(rows, member.source(sentence).pieces, [member.tgt_tok.piece(i) for i in ids],

@@ -46,6 +46,10 @@ def collect(model, cfg, src_tok, tgt_tok, sentence: str, target: str | None = No
     Returns {"src": pieces, "tgt": pieces, "kinds": {kind: [per layer {attn, mask?, phi_l?, phi_r?}]}}
     with every tensor (H, T, S) for the one sentence."""
     text = sentence.lower() if cfg.data.lowercase else sentence
+    if target is not None and cfg.task != "translate":  # it would be ignored
+        raise UserError(f"--target is for translation runs; this run's task is {cfg.task}")
+    if target is not None and not target.strip():
+        raise UserError("--target is empty: give the translation to force, or leave it out")
     kinds: dict[str, list] = {}
     if cfg.task == "lm":
         ids = tgt_tok.encode(text)
