@@ -503,6 +503,7 @@ NUMERIC_FLAGS = [
                    "--beam", "0"], ("--beam",)),
     (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--max-len-ratio", "nan"], ("--max-len-ratio",)),
     (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--length-penalty", "inf"], ("--length-penalty",)),
+    (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--workers", "-1"], ("--workers",)),
     (lambda r, g: ["average", "--model", str(r), "--last", "0", "--out", str(g["en"].parent / "avg")], ("--last",)),
     (lambda r, g: ["ngram", "build", "--order", "0", "--input", str(g["es"]), "--arpa", str(g["en"].parent / "x.arpa")],
      ("--order",)),
@@ -646,3 +647,15 @@ def test_heatmap_and_windows_target_problems(tmp_path, tiny_run, window_run, cla
                         lambda self, lines, **kw: [[Translation("", 0.0, ["a", "cat"], [])] for _ in lines])
     assert_fails(tmp_path, ["analyse", "heatmap", "--model", str(tiny_run), "--input", "a cat", "--out", png],
                  (str(tiny_run), "translates --input to nothing"))
+
+
+# -- flags that contradict or would be silently unused: refused before any work ----------------------------------
+CONFLICTING_FLAGS = [
+    (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--unk-timing", "input"],
+     ("--unk-timing needs --replace-unk",)),
+]
+
+
+@pytest.mark.parametrize("argv,words", CONFLICTING_FLAGS, ids=[" ".join(w) for _, w in CONFLICTING_FLAGS])
+def test_conflicting_flags(argv, words, tmp_path, tiny_run):
+    assert_fails(tmp_path, argv(tiny_run, good_files(tmp_path)), words)

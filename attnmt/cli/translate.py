@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replace-unk", action="store_true",
                    help="replace each output <unk> by its most-attended source word")
     p.add_argument("--dict", help="with --replace-unk: src<TAB>tgt word list; known words are translated")
-    p.add_argument("--unk-timing", default="predicted", choices=["predicted", "input", "paper"],
-                   help="attention row of an output word (see attnmt/decode/unk_replace.py)")
+    p.add_argument("--unk-timing", choices=["predicted", "input", "paper"],
+                   help="with --replace-unk: attention row of an output word (default: predicted; "
+                   "see attnmt/decode/unk_replace.py)")
     p.add_argument("--ngram", help="NgramRes: this n-gram model (built with --vocab-from the run) "
                    "replaces the run's; the neural weights stay as they are")
     p.add_argument("--alpha", type=float, help="NgramRes: fixed weight of the n-gram log-probabilities")
@@ -56,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.beam < 1 or args.nbest < 1 or args.nbest > max(args.beam, 1):
         raise UserError("--beam and --nbest must be >= 1 and --nbest <= --beam")
-    if args.dict and not args.replace_unk:
-        raise UserError("--dict needs --replace-unk")
+    if (args.dict or args.unk_timing) and not args.replace_unk:  # else silently unused
+        raise UserError(f"{'--dict' if args.dict else '--unk-timing'} needs --replace-unk")
     if args.max_len_cap < 1 or args.batch_size < 1:
         raise UserError("--max-len-cap and --batch-size must be at least 1")
+    if args.workers < 0:
+        raise UserError(f"--workers must be 0 (one per torch thread) or more, got {args.workers}")
     if not (0 < args.max_len_ratio < float("inf") and 0 <= args.length_penalty < float("inf")):
         raise UserError("--max-len-ratio must be > 0 and --length-penalty >= 0 (finite numbers)")
     # outputs are checked before the model loads: a typo should cost nothing
@@ -96,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli
 
-        results = replace_unks_cli(translator, lines, results, args.dict, args.unk_timing)
+        results = replace_unks_cli(translator, lines, results, args.dict, args.unk_timing or "predicted")
     out_lines = []
     for i, hyps in enumerate(results):
         if not lines[i].strip():
