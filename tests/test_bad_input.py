@@ -653,6 +653,12 @@ def test_heatmap_and_windows_target_problems(tmp_path, tiny_run, window_run, cla
 CONFLICTING_FLAGS = [
     (lambda r, g: ["translate", "--model", str(r), "-i", str(g["en"]), "--unk-timing", "input"],
      ("--unk-timing needs --replace-unk",)),
+    (lambda r, g: ["score", "--hyp", str(g["es"]), "--ref", str(g["es"]), "--src", str(g["en"])],
+     ("--src needs --model",)),
+    (lambda r, g: ["score", "--hyp", str(g["es"]), "--ref", str(g["es"]), "--model", str(r), "--src",
+                   str(g["en"])], ("--hyp", "--model", "exclude")),
+    (lambda r, g: ["ngram", "build", "--order", "2", "--prune", "0", "0", "1", "--input", str(g["es"]),
+                   "--arpa", str(g["en"].parent / "x.arpa")], ("--prune gives 3 thresholds", "2-gram")),
 ]
 
 

@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model and args.hyp:  # one of them would be silently unused
+        raise UserError("--hyp (BLEU of translations) and --model (perplexity) exclude each other")
+    if args.src and not args.model:
+        raise UserError("--src needs --model (the source side of a perplexity); BLEU reads --hyp and --ref")
     if args.model:
         from attnmt.eval.perplexity import perplexity_report
 

@@ -183,6 +183,9 @@ def prune_thresholds(prune: list[int] | None, order: int) -> list[int]:
         return [0] * order
     if any(p < 0 for p in prune):
         raise UserError(f"--prune thresholds must be >= 0, got {prune}")
+    if len(prune) > order:  # as lmplz: the extra values would be silently dropped
+        raise UserError(f"--prune gives {len(prune)} thresholds for a {order}-gram model "
+                        f"(at most one per order)")
     if prune[0] != 0:
         raise UserError(f"unigrams cannot be pruned: the first --prune value must be 0, got {prune}")
     if any(b < a for a, b in itertools.pairwise(prune)):
