@@ -93,6 +93,25 @@ def _double_hidden(run: Path) -> None:
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
+def _nan_weights(weights: Path) -> None:
+    """One NaN in the first floating tensor: a diverged run's checkpoint (translated to empty lines,
+    exit 0)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(weights)
+    first = next(k for k, v in tensors.items() if v.is_floating_point())
+    tensors[first].view(-1)[0] = float("nan")
+    save_file(tensors, weights)
+
+
+def _int_weights(weights: Path) -> None:
+    """Every tensor as int64: load_state_dict would cast them (whole numbers) without a word."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    save_file({k: v.to(torch.int64) for k, v in load_file(weights).items()}, weights)
+
+
 def _set_config(run: Path, old: str, new: str) -> None:
     cfg = run / "config.yaml"
     text = cfg.read_text()
@@ -131,6 +150,8 @@ BAD_RUNS = [
      WEIGHTS, ("safetensors",)),
     ("weights-empty", lambda r: _each_weights(r, lambda w: w.write_bytes(b"")), WEIGHTS, ()),
     ("weights-dir", lambda r: _each_weights(r, lambda w: (w.unlink(), w.mkdir())), WEIGHTS, ()),
+    ("weights-nan", lambda r: _each_weights(r, _nan_weights), "", ("NaN",)),
+    ("weights-int", lambda r: _each_weights(r, _int_weights), "", ("weights do not fit", "int64")),
     ("weights-misfit", lambda r: _double_hidden(r), "", ("weights do not fit",)),
     ("vocab-misfit", lambda r: (r / "tgt.vocab").write_text((r / "tgt.vocab").read_text() + "extra\n"),
      "", ("weights do not fit",)),
@@ -276,7 +297,7 @@ RUN_SLOTS = [
 # ngram build --vocab-from reads only the target tokenizer; a classifier has labels, no tgt.vocab
 _SKIP_RUNS = {
     "ngram build --vocab-from": {"weights-missing", "weights-junk", "weights-empty", "weights-dir",
-                                 "weights-misfit", "vocab-misfit", "no-checkpoints", "pointers-dangling",
+                                 "weights-nan", "weights-int", "weights-misfit", "vocab-misfit", "no-checkpoints", "pointers-dangling",
                                  "pointers-junk",
                                  "config-unknown-key", "junk-spm", "vocab-no-header", "empty-dir",
                                  "config-is-dir", "config-malformed", "config-not-utf8"},
@@ -444,6 +465,14 @@ def test_resume_problems(tmp_path, tiny_run):
     state.unlink()
     state.mkdir()
     assert_fails(tmp_path, ["train", "--out", str(run), "--resume"], (str(state),))
+    # a --set that changes the model's shape: was a RuntimeError traceback from load_state_dict
+    config = (run / "config.yaml").read_text()
+    assert_fails(tmp_path, ["train", "--out", str(run), "--resume", "--set", "model.hidden=16"],
+                 (str(last / "model.safetensors"), "weights do not fit", "size mismatch"))
+    assert (run / "config.yaml").read_text() == config  # the run's config is kept as it was
+    _nan_weights(last / "model.safetensors")
+    assert_fails(tmp_path, ["train", "--out", str(run), "--resume"],
+                 (str(last / "model.safetensors"), "NaN"))
 
 
 class _Exploit:

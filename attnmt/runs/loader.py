@@ -111,10 +111,27 @@ def model_for(cfg: Config, src_tok: Tokenizer | None, tgt: Tokenizer | LabelSet)
 
 
 def load_weights_into(model: nn.Module, weights: dict[str, torch.Tensor], where: str) -> None:
+    """``model.load_state_dict(weights)``, with damage a plain load would accept refused: a
+    non-floating tensor where the model has a floating one (its values would be cast, say int64
+    weights truncated to whole numbers) or NaN/infinite values (a diverged or damaged checkpoint
+    translates to empty lines and scores ppl=nan, exit 0). Every state a model starts in is finite."""
+    expected = model.state_dict()
+    for name, tensor in weights.items():
+        want = expected.get(name)
+        if want is None or not want.is_floating_point():
+            continue  # an unknown name fails in load_state_dict below
+        if not tensor.is_floating_point():
+            raise UserError(f"weights do not fit the config ({name} is {tensor.dtype}, the model's "
+                            f"{want.dtype})", where)
+        if not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"weights hold NaN or infinite values ({name}): a diverged or damaged "
+                            "checkpoint", where)
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:
-        raise UserError(f"weights do not fit the config ({str(err).splitlines()[0]})", where) from None
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(err).__name__)
+        raise UserError(f"weights do not fit the config ({detail[:240]})", where) from None
 
 
 def load_run(

@@ -44,6 +44,7 @@ from attnmt.runs.checkpoint import (
     save_checkpoint,
 )
 from attnmt.runs.device import resolve_device
+from attnmt.runs.loader import load_weights_into
 from attnmt.train.data import TaskData, prepare_data
 from attnmt.train.row_groups import grouped_backward, groups_for
 from attnmt.train.row_processes import RowProcesses, supported as row_processes_supported
@@ -199,7 +200,8 @@ class Trainer:
     # -- state ---------------------------------------------------------------------------------
     def _resume(self) -> None:
         ckpt = find_checkpoint(self.run_dir, "last")
-        self.model.load_state_dict(load_weights(ckpt / "model.safetensors"))
+        weights = ckpt / "model.safetensors"  # a --set that changes the model's shape fails here
+        load_weights_into(self.model, load_weights(weights), str(weights))
         state = check_trainer_state(load_trainer_state(ckpt), ckpt / "trainer.pt")
         try:
             self.optimizer.load_state_dict(state["optimizer"])
