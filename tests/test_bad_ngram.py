@@ -9,7 +9,7 @@ import gzip
 
 import pytest
 
-from bad_input_zoo import assert_fails, copy_corpus, good_files, train_argv
+from bad_input_zoo import assert_fails, copy_corpus, good_files, run_cli, train_argv
 
 
 # -- n-gram models (ARPA, gzipped ARPA, binary) -------------------------------------------------------------
@@ -83,3 +83,47 @@ def test_bad_ngram_path_in_config(tmp_path, tiny_corpus):
     assert_fails(tmp_path, train_argv(tmp_path, c, "--set", f"ngram.path={arpa}"), (str(arpa),))
     assert_fails(tmp_path, train_argv(tmp_path, c, "--set", f"ngram.path={tmp_path / 'none.arpa'}"),
                  ("none.arpa",))
+
+
+# -- binary models whose numbers are damaged: each was a perplexity (nan, or of n-grams a lookup cannot find),
+#    exit 0 -------------------------------------------------------------------------------------------------------
+def _nan(a):
+    a[3] = float("nan")
+
+
+def _positive(a):
+    a[3] = 0.5
+
+
+def _swap(a):
+    a[[0, 1]] = a[[1, 0]]
+
+
+BAD_BINARY_VALUES = [
+    ("logp-nan", "2.logp", _nan, "log-probabilities"),
+    ("logp-positive", "3.logp", _positive, "log-probabilities"),
+    ("backoff-nan", "1.logb", _nan, "backoffs"),
+    ("unsorted", "2.word", _swap, "not sorted"),
+    ("unigram-ids", "1.word", _swap, "unigram table"),
+]
+
+
+@pytest.mark.parametrize("name,column,damage,words", BAD_BINARY_VALUES, ids=[b[0] for b in BAD_BINARY_VALUES])
+def test_damaged_binary_values(name, column, damage, words, tmp_path, tiny_arpa):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    from attnmt.ngram.model import NgramLM
+
+    good, bad = tmp_path / "good.ngram", tmp_path / "bad.ngram"
+    NgramLM.from_arpa(tiny_arpa).save(good)
+    arrays = load_file(str(good))
+    with safe_open(str(good), "np") as f:
+        meta = f.metadata()
+    damage(arrays[column])
+    save_file(arrays, str(bad), metadata=meta)
+    text = good_files(tmp_path)["es"]
+    status, out, err = run_cli(["ngram", "ppl", "--model", str(good), "--input", str(text)])
+    assert status == 0 and "nan" not in out, err  # the undamaged copy loads
+    assert_fails(tmp_path, ["ngram", "ppl", "--model", str(bad), "--input", str(text)],
+                 (str(bad), "corrupt n-gram binary", words))

@@ -319,7 +319,8 @@ class NgramLM:
 
 
 def _check_tables(vocab: list[str], tables: list[OrderTable], path: str) -> None:
-    """Shapes and prefix ranges of loaded tables (a corrupt file fails here, not in a query)."""
+    """Shapes, prefix ranges, order and values of loaded tables (a corrupt file fails here, not
+    in a query, and not as a perplexity of nan or of n-grams a binary search cannot find)."""
     prev = len(vocab)
     for k, t in enumerate(tables, start=1):
         n = len(t.word)
@@ -328,9 +329,22 @@ def _check_tables(vocab: list[str], tables: list[OrderTable], path: str) -> None
                             path)
         if not (len(t.prefix) == len(t.logp) == len(t.logb) == n):
             raise UserError(f"corrupt n-gram binary: {k}-gram arrays differ in length", path)
+        if k == 1 and n and (np.any(t.word != np.arange(n)) or np.any(t.prefix != 0)):
+            raise UserError("corrupt n-gram binary: the unigram table is not one entry per word", path)
         if n and k > 1 and (t.prefix.min() < 0 or t.prefix.max() >= prev
                             or t.word.min() < 0 or t.word.max() >= len(vocab)):
             raise UserError(f"corrupt n-gram binary: {k}-gram indices out of range", path)
+        # log10 probabilities are <= 0 (-inf only for unigrams that are never predicted: <s>)
+        if np.any(np.isnan(t.logp)) or np.any(t.logp > 0) or (k > 1 and not np.all(np.isfinite(t.logp))):
+            raise UserError(f"corrupt n-gram binary: {k}-gram log-probabilities must be finite "
+                            "and <= 0", path)
+        if not np.all(np.isfinite(t.logb)):
+            raise UserError(f"corrupt n-gram binary: {k}-gram backoffs must be finite", path)
+        if k > 1 and n > 1:  # sorted by (prefix, word), no duplicates: what lookups assume
+            keys = t.prefix.astype(np.int64) * len(vocab) + t.word
+            if not np.all(keys[1:] > keys[:-1]):
+                raise UserError(f"corrupt n-gram binary: {k}-grams are not sorted by context and word",
+                                path)
         prev = n
 
 
