@@ -598,6 +598,16 @@ def test_align_and_aer_print_valid_json(tmp_path, tiny_run):
     assert status == 0 and json.loads(out)["aer"] == 0.0
 
 
+def test_align_gold_links_outside_the_sentences(tmp_path, tiny_run):
+    """A gold file of another corpus (or shifted by a line) scored as AER 1.0, exit 0."""
+    good = good_files(tmp_path)
+    gold = tmp_path / "gold.align"
+    gold.write_text("0-0 5-5\n0-0 1?7\n0-0\n", encoding="utf-8")  # line 2 has 6 target words
+    assert_fails(tmp_path, ["align", "--model", str(tiny_run), "--src", str(good["en"]), "--tgt",
+                            str(good["es"]), "--gold", str(gold), "-o", str(tmp_path / "out.align")],
+                 (f"{gold}:2:", "link 1-7", "6 target words"))
+
+
 def test_write_errors_leave_no_temporary_file(tmp_path):
     from attnmt.data.corpus import write_lines
 

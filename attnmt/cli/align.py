@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import check_output, read_lines, write_lines
     from attnmt.decode.ensemble import load_members
-    from attnmt.eval.alignment import aer, force_align, pharaoh, read_alignments
+    from attnmt.eval.alignment import aer, check_links_fit, force_align, pharaoh, read_alignments
     from attnmt.runs.loader import truncation_warning
 
     if args.batch_size < 1:
@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     gold = read_alignments(args.gold) if args.gold else None
     if gold is not None and len(gold) != len(src):
         raise UserError(f"line counts differ: {args.gold} has {len(gold)} lines, {args.src} has {len(src)}")
+    if gold is not None:
+        check_links_fit(gold, src, tgt, args.gold)
     if args.output:
         check_output(args.output, [args.src, args.tgt, args.gold], "--output")
     members = load_members(args.model, args.checkpoint, args.device)

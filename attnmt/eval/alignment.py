@@ -59,6 +59,18 @@ def read_alignments(path: str) -> list[tuple[Links, Links]]:
     return [parse_links(line, path, n) for n, line in enumerate(read_lines(path), start=1)]
 
 
+def check_links_fit(gold: list[tuple[Links, Links]], src: list[str], tgt: list[str], path: str) -> None:
+    """Every gold link ``i-j`` names a word of its sentence pair (0-based whitespace words of the
+    source and target lines), else a one-line error at ``path``:LINE: a gold file of another
+    corpus, or one shifted by a line, would otherwise score as a plausible AER."""
+    for n, ((sure, possible), s, t) in enumerate(zip(gold, src, tgt), start=1):
+        S, T = len(s.split()), len(t.split())
+        bad = next((link for link in sorted(sure | possible) if link[0] >= S or link[1] >= T), None)
+        if bad is not None:
+            raise UserError(f"link {bad[0]}-{bad[1]} is outside its sentence pair ({S} source, "
+                            f"{T} target words)", path, n)
+
+
 @dataclass
 class AERResult:
     aer: float
