@@ -159,3 +159,18 @@ def test_bad_experimentcopy_corpus(tmp_path, tiny_corpus):
     assert_fails(tmp_path, ["experiment", "luong", "--train", str(c / "nope"), "--dev", str(c / "dev"),
                             "--test", str(c / "dev"), "--out", str(tmp_path / "exp"), "--rows", "base"],
                  (str(c / "nope"),))
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--steps", "-1"], ("--steps",)), (["--hidden", "0"], ("--hidden",)), (["--beam", "0"], ("--beam",)),
+    (["--test-lines", "-1"], ("--test-lines",)), (["--threads", "-1"], ("--threads",)),
+    (["--set", "model.layers=0"], ("model.layers",)), (["--dict", "{d}/none.tsv"], ("none.tsv",)),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_bad_experiment_flags_write_nothing(extra, words, tmp_path, tiny_corpus):
+    """Each failed in the first row's generated config after OUT/configs and the test files were
+    written (--steps, --hidden, --threads, a --set), or ran: --beam 0, --test-lines -1 (the last test
+    line dropped) and an unused --dict that does not exist."""
+    d = tiny_corpus.directory
+    assert_fails(tmp_path, ["experiment", "luong", "--train", str(d / "train"), "--dev", str(d / "dev"),
+                            "--test", str(d / "dev"), "--out", str(tmp_path / "exp"), "--rows", "base",
+                            "--steps", "1", *[e.format(d=tmp_path) for e in extra]], words)

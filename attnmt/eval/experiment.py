@@ -22,7 +22,8 @@ retrained and a killed one resumes), hyp/<row>.txt, results/<row>.json, table.md
 curves.png (Figure 5), lengths/ (Figure 6: base vs. the best single model vs. the ensemble).
 Reuse is checked: a run trained with other settings (budget, size, vocabulary, corpus) is an error,
 not a silent row of another experiment, and a cached result of other evaluation settings (test
-set, --test-lines, beam, dictionary) is recomputed. A bad --dict fails before any training.
+set, --test-lines, beam, dictionary) is recomputed. A bad --dict, an out-of-range number or a --set
+that makes a row's config invalid fails before anything is written.
 """
 
 from __future__ import annotations
@@ -85,6 +86,17 @@ class Settings:
     dictionary: str | None = None
     rows: list[str] = field(default_factory=lambda: list(ROW_NAMES))
     extra: list[str] = field(default_factory=list)  # --set overrides applied to every row
+
+
+def check_settings(s: Settings) -> None:
+    """The numeric flags are in range; a bad one would fail in the first row's generated config
+    (named by its line in OUT/configs/) after OUT was written, or run with a meaning nobody asked
+    for (--beam 0, --test-lines -1 dropping the last test line)."""
+    for flag, value, least in (("--steps", s.steps, 0), ("--layers", s.layers, 1), ("--hidden", s.hidden, 1),
+                               ("--vocab", s.vocab, 1), ("--batch-size", s.batch_size, 1), ("--beam", s.beam, 1),
+                               ("--threads", s.threads, 0), ("--test-lines", s.test_lines, 0)):
+        if value < least:
+            raise UserError(f"{flag} must be at least {least}, got {value}")
 
 
 def row_config(s: Settings, row: Row) -> Config:
@@ -260,14 +272,18 @@ def run_luong(s: Settings) -> str:
     unknown = [r for r in s.rows if r not in ROW_NAMES]
     if unknown:
         raise UserError(f"unknown rows {', '.join(unknown)} (known: {', '.join(ROW_NAMES)})")
+    check_settings(s)  # fail early (before writing anything) on a bad number,
     if s.threads > 0:
         torch.set_num_threads(s.threads)
-    from attnmt.config import Config, apply_overrides
+    from attnmt.config import Config, apply_overrides, validate
 
-    apply_overrides(Config(), list(s.extra))  # fail early (before writing anything) on a bad --set,
+    apply_overrides(Config(), list(s.extra))  # a bad --set,
+    for row in ROWS:  # a --set that makes a row's config invalid,
+        if row.train and row.name in s.rows:
+            validate(row_config(s, row))
     read_parallel(s.train, s.src, s.tgt)  # a bad corpus
     read_parallel(s.dev, s.src, s.tgt)
-    if s.dictionary and any(r.unk for r in ROWS if r.name in s.rows):
+    if s.dictionary:
         from attnmt.decode.unk_replace import load_dictionary
 
         load_dictionary(s.dictionary)  # and on a bad --dict, not after hours of training
