@@ -366,6 +366,26 @@ def test_bible_domain_reuses_the_book_split(tmp_path):
         ).read_bytes()
 
 
+def test_bible_dir_must_be_a_finished_bible_build(tmp_path):
+    """A mistyped --bible built the whole Bible into the typo (exit 0); another build's directory
+    failed with a KeyError traceback; --domains none without --add built nothing and said done."""
+    tools = _fixture_modules(tmp_path / "sword")
+    bible.build_bible(tmp_path / "bible", tools=tools, install=False, say=quiet)
+    domains.build_domains(tmp_path / "dom", domains=["bible"], bible_dir=tmp_path / "bible", say=quiet)
+    for wrong, words in ((tmp_path / "bibel", "no such directory"),
+                         (tmp_path / "dom" / "bible", "not a complete 'attnmt data bible' output")):
+        with pytest.raises(UserError, match=words):
+            domains.build_domains(tmp_path / "dom2", domains=["bible"], bible_dir=wrong, say=quiet)
+    (tmp_path / "bible" / "dev.en").write_text("changed\n", "utf-8")  # no longer what its manifest says
+    with pytest.raises(UserError, match="not a complete"):
+        domains.build_domains(tmp_path / "dom2", domains=["bible"], bible_dir=tmp_path / "bible", say=quiet)
+    with pytest.raises(UserError, match="--domains leaves out"):
+        domains.build_domains(tmp_path / "dom2", domains=["man"], bible_dir=tmp_path / "bible", say=quiet)
+    with pytest.raises(UserError, match="nothing to build"):
+        domains.build_domains(tmp_path / "dom2", domains=[], say=quiet)
+    assert not (tmp_path / "bibel").exists() and not (tmp_path / "dom2").exists()
+
+
 def test_man_page_paragraphs():
     rendered = (
         "LS(1)        User Commands        LS(1)\n\nNAME\n       ls - list directory contents\n\n"

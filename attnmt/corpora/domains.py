@@ -169,6 +169,20 @@ def _bible_domain(out: Path, bible_dir: Path, force: bool, say: Callable[[str], 
     return write_domain(out, [], config, {"source": str(bible_dir)}, splits)
 
 
+def _check_bible_dir(bible_dir: Path, used: bool) -> None:
+    """--bible names a finished ``attnmt data bible`` output (a typo would otherwise build the whole
+    Bible into the mistyped directory, or fail on another build's manifest with a KeyError)."""
+    if not used:
+        raise UserError("--bible gives the bible domain, which --domains leaves out")
+    man = outputs.read_manifest(bible_dir)
+    files = man.get("files") if isinstance(man, dict) else None
+    if (not isinstance(files, dict) or any(f"{s}.en" not in files for s in SPLITS)
+            or not outputs.is_complete(bible_dir, man.get("config", {}))):
+        why = "no such directory" if not bible_dir.exists() else "not a complete 'attnmt data bible' output"
+        raise UserError(f"--bible: {why} (build one with attnmt data bible --out DIR, or leave "
+                        "--bible out to build it in OUT/cache/bible)", str(bible_dir))
+
+
 def build_domains(
     out: str | Path,
     domains: Sequence[str] = BUILTIN,
@@ -188,6 +202,10 @@ def build_domains(
     names = [n for n, _ in added]
     if len(set(names)) != len(names):
         raise UserError("--add names must be distinct")
+    if not domains and not added:  # an empty build that says "done"
+        raise UserError("nothing to build: no --domains and no --add")
+    if bible_dir is not None:
+        _check_bible_dir(Path(bible_dir), "bible" in domains)
     for _, path in added:  # fail on a bad user file before any long download
         read_text_lines(path)
     src = _Sources(out / "cache", install, mod2imp)
