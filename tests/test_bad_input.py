@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 
-from bad_input_zoo import BAD_TEXT, EMPTY_TEXT, GOOD_EN, GOOD_ES, assert_fails, good_files, run_cli
+from bad_input_zoo import BAD_TEXT, EMPTY_TEXT, GOOD_EN, GOOD_ES, assert_fails, good_files, listing, run_cli
 
 
 # -- untrained Transformer runs for the window and classification analyses -------------------------------------
@@ -704,3 +704,31 @@ CONFLICTING_FLAGS = [
 @pytest.mark.parametrize("argv,words", CONFLICTING_FLAGS, ids=[" ".join(w) for _, w in CONFLICTING_FLAGS])
 def test_conflicting_flags(argv, words, tmp_path, tiny_run):
     assert_fails(tmp_path, argv(tiny_run, good_files(tmp_path)), words)
+
+
+# -- average: a whole new run, or nothing ---------------------------------------------------------------------
+def test_average_writes_a_whole_run_or_nothing(tmp_path, tiny_run, monkeypatch):
+    """--out holding other files had its config.yaml, vocabularies and log replaced; a failure while
+    writing left a half-written run."""
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "config.yaml").write_text("mine\n")
+    assert_fails(tmp_path, ["average", "--model", str(tiny_run), "--last", "2", "--out", str(busy)],
+                 (str(busy), "new or empty directory"))
+    assert (busy / "config.yaml").read_text() == "mine\n"
+    from attnmt.train import averaging
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(args[0]))
+
+    monkeypatch.setattr(averaging, "save_checkpoint", disk_full)
+    before = listing(tmp_path)
+    status, out, err = run_cli(["average", "--model", str(tiny_run), "--last", "2", "--out",
+                                str(tmp_path / "avg")])
+    assert status == 2 and "No space left" in err and listing(tmp_path) == before, err
+    monkeypatch.undo()
+    empty = tmp_path / "empty"
+    empty.mkdir()  # an empty directory is fine: it becomes the run
+    status, out, err = run_cli(["average", "--model", str(tiny_run), "--last", "2", "--out", str(empty)])
+    assert status == 0 and (empty / "config.yaml").is_file() and (empty / "checkpoints" / "BEST").is_file(), err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -54,15 +54,28 @@ def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os
         raise UserError("output directory already holds checkpoints; choose a new --out", str(out))
     if out.resolve() == run.resolve():
         raise UserError("--out must differ from --model", str(out))
+    if out.is_dir() and any(out.iterdir()):  # its config.yaml, vocabularies, log would be replaced
+        raise UserError("--out must be a new or empty directory (it gets a whole run)", str(out))
     chosen = ckpts[-last:]
     avg = average_state_dicts([load_weights(c / "model.safetensors") for c in chosen])
     load_weights_into(model, avg, str(run))
-    out.mkdir(parents=True, exist_ok=True)
-    for name in _RUN_FILES:
-        if (run / name).exists():
-            shutil.copyfile(run / name, out / name)
-    step = int(chosen[-1].name.split("-")[1])
-    save_checkpoint(out, step, model, None, best=True)
-    with open(out / "log.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps({"event": "average", "from": str(run), "checkpoints": [c.name for c in chosen]}) + "\n")
+    # built under a temporary name next to --out and renamed into place when complete: a failure
+    # (a full disk, a kill) leaves no half-written run
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for name in _RUN_FILES:
+            if (run / name).exists():
+                shutil.copyfile(run / name, tmp / name)
+        step = int(chosen[-1].name.split("-")[1])
+        save_checkpoint(tmp, step, model, None, best=True)
+        with open(tmp / "log.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps({"event": "average", "from": str(run),
+                                "checkpoints": [c.name for c in chosen]}) + "\n")
+        os.replace(tmp, out)  # a directory may replace an empty one (checked above)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return out
