@@ -732,3 +732,16 @@ def test_average_writes_a_whole_run_or_nothing(tmp_path, tiny_run, monkeypatch):
     status, out, err = run_cli(["average", "--model", str(tiny_run), "--last", "2", "--out", str(empty)])
     assert status == 0 and (empty / "config.yaml").is_file() and (empty / "checkpoints" / "BEST").is_file(), err
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_resume_with_a_config_other_than_the_runs(tmp_path, tiny_run, tiny_corpus):
+    """--resume continues with RUN/config.yaml; a changed CONFIG beside it was silently ignored."""
+    run = _run_copy(tiny_run, tmp_path / "run")
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(tiny_corpus.config.read_text().replace("hidden: 32", "hidden: 16"), encoding="utf-8")
+    assert_fails(tmp_path, ["train", str(changed), "--out", str(run), "--resume"],
+                 (str(changed), str(run / "config.yaml"), "model.hidden is 16 here, 32 in the run"))
+    # the same CONFIG (and the same --set on both sides, as a Makefile's repeated command) resumes
+    status, out, err = run_cli(["train", str(tiny_corpus.config), "--out", str(run), "--resume",
+                                "--max-time", "600"])
+    assert status == 0 and json.loads(out)["step"] == 64, err

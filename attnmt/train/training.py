@@ -486,6 +486,8 @@ def run_training(config_path: str | None, run_dir: str, overrides: list[str], re
         if not saved.is_file():
             raise UserError("nothing to resume (no checkpoint, no config.yaml); give a CONFIG", run_dir)
         cfg = load_config(saved, overrides)
+        if config_path is not None:  # resuming reads the run's config: CONFIG must not say otherwise
+            _check_same_config(load_config(config_path, overrides), cfg, config_path, saved)
     elif config_path is None:
         raise UserError("a CONFIG file is needed to start a new run")
     else:
@@ -501,6 +503,25 @@ def run_training(config_path: str | None, run_dir: str, overrides: list[str], re
     if trainer.dist.main and (not has_ckpt or overrides):
         save_config(cfg, saved)  # once training starts; on resume e.g. a longer budget
     return trainer.train()
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _check_same_config(given: Config, kept: Config, given_path: str, kept_path: Path) -> None:
+    """A CONFIG given with --resume must be the run's (both with the same --set): a changed file
+    was silently ignored, the run continuing with its old settings and exiting 0."""
+    a, b = _flat(given.to_dict()), _flat(kept.to_dict())
+    diff = [k for k in a if a[k] != b.get(k)]
+    if diff:
+        more = f" (and {len(diff) - 1} more)" if len(diff) > 1 else ""
+        raise UserError(f"differs from {kept_path}: {diff[0]} is {a[diff[0]]!r} here, {b.get(diff[0])!r} "
+                        f"in the run{more}; --resume continues the run's own config: leave CONFIG out, "
+                        "or change a setting with --set", given_path)
 
 
 def _clear(run: Path, remove: bool) -> None:
