@@ -106,3 +106,33 @@ def test_misspelt_choices_name_file_line_and_key(tmp_path, capsys):
     cfg.write_text("data:\n  train: x\nmodel:\n  attention: local-p\n  score: general\n  window: 0\n")
     _fails(capsys, ["train", str(cfg), *out], "c.yaml:6: model.window", "local-p")
     assert not (tmp_path / "r").exists()  # nothing written before the config is valid
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["data", "agreement", "--out", "x", "--seed", "x"], ("data agreement: argument --seed", "'x'")),
+    (["align", "--model", "r", "--src", "a", "--tgt", "b", "--timing", "x"], ("align: argument --timing",)),
+    (["translate"], ("translate: the following arguments are required: --model",)),
+    (["ngram"], ("ngram: the following arguments are required",)),
+    (["bogus"], ("invalid choice: 'bogus'",)),
+])
+def test_usage_errors_are_one_line(argv, words, capsys):
+    """argparse's own errors (a bad flag value, a missing option) printed the usage, several lines,
+    before its message."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    line = captured.err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("attnmt: error: "), captured.err
+    assert line.endswith("--help)")
+    for w in words:
+        assert w in line, (w, line)
+
+
+def test_usage_error_real_process(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnmt", "train", "c.yaml", "--out", "r", "--max-time", "abc"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["attnmt: error: train: argument --max-time: invalid float value: "
+                                        "'abc' (see attnmt train --help)"]

@@ -32,8 +32,18 @@ COMMANDS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors (a bad flag value, a missing option) as the one line every
+    other error is, ``attnmt: error: ...``, exit status 2; ``--help`` shows the usage."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("attnmt").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"attnmt: error: {where}{' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnmt", description="Attention-based neural text generation toolkit."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
