@@ -174,3 +174,18 @@ def test_bad_experiment_flags_write_nothing(extra, words, tmp_path, tiny_corpus)
     assert_fails(tmp_path, ["experiment", "luong", "--train", str(d / "train"), "--dev", str(d / "dev"),
                             "--test", str(d / "dev"), "--out", str(tmp_path / "exp"), "--rows", "base",
                             "--steps", "1", *[e.format(d=tmp_path) for e in extra]], words)
+
+
+def test_a_model_too_large_for_memory_is_a_user_error(tmp_path, tiny_corpus, monkeypatch):
+    """model.hidden=1000000000 was a RuntimeError traceback from the allocator. (The allocation is
+    simulated: a real one might succeed lazily on a machine that overcommits memory.)"""
+    from attnmt.models import seq2seq
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+                           "allocate memory: you tried to allocate 512000000000 bytes.")
+
+    monkeypatch.setattr(seq2seq, "Seq2Seq", refuse)
+    assert_fails(tmp_path, ["train", str(tiny_corpus.config), "--out", str(tmp_path / "run"), "--set",
+                            "model.hidden=1000000000"],
+                 ("does not fit in memory", "model.hidden=1000000000", "can't allocate memory"))

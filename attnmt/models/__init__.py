@@ -11,6 +11,19 @@ from attnmt.errors import UserError
 
 def build_model(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
     validate(cfg)  # configs made in code get the checks load_config gives files
+    try:
+        return _build(cfg, src_vocab, tgt_vocab)
+    except (MemoryError, RuntimeError) as err:  # e.g. model.hidden=1000000000: a traceback before
+        text = str(err)
+        if not isinstance(err, MemoryError) and "allocate" not in text and "out of memory" not in text:
+            raise
+        m = cfg.model
+        raise UserError(f"the model does not fit in memory (model.layers={m.layers}, model.hidden="
+                        f"{m.hidden}, model.embed={m.embed}, vocabularies {src_vocab} and {tgt_vocab}): "
+                        f"{text.strip().splitlines()[-1][:160] if text.strip() else 'MemoryError'}") from None
+
+
+def _build(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
     kind = cfg.model.type
     if cfg.task == "translate" and kind == "lstm":
         from attnmt.models.seq2seq import Seq2Seq
