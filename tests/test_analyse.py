@@ -76,6 +76,18 @@ def test_cli_curves(tmp_path):
     assert main(["analyse", "curves", "--run", str(tmp_path / "missing"), "--out", str(out)]) == 2
 
 
+def test_curves_of_a_run_killed_and_resumed(tmp_path):
+    """A run killed at step 300 after its checkpoint at 200 trains 300 again after --resume: the
+    log holds both; the curve went back to 200 and the CSV had step 300 twice."""
+    run = tmp_path / "killed"
+    _fake_log(run, [(100, 50.0), (200, 20.0), (300, 15.0)])
+    with open(run / "log.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"event": "resume", "checkpoint": "step-00000200", "step": 200}) + "\n")
+        f.write(json.dumps({"event": "valid", "step": 300, "ppl": 12.0}) + "\n")
+    assert read_log(run)["valid"] == [(100, 50.0), (200, 20.0), (300, 12.0)]
+    assert [s for s, _ in read_log(run)["train"]] == [100, 200]
+
+
 def test_heatmap(tmp_path, capsys):
     plot_heatmap(torch.rand(3, 4), list("abcd"), list("xyz"), tmp_path / "h.png", "title")
     assert _is_png(tmp_path / "h.png")

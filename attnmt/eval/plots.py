@@ -40,6 +40,11 @@ def read_log(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
             raise UserError("not a JSON record (a truncated or garbled line?)", str(path), number) from None
         if not isinstance(rec, dict):
             raise UserError("not a JSON object", str(path), number)
+        if rec.get("event") == "resume" and isinstance(rec.get("step"), int):
+            # a run killed after its last checkpoint logged steps it then trained again: keep the
+            # points of the trajectory the run continued from, not both (the curve went back)
+            for kind in curves:
+                curves[kind] = [p for p in curves[kind] if p[0] <= rec["step"]]
         if rec.get("event") in curves and "step" in rec and "ppl" in rec:
             try:
                 point = (int(rec["step"]), float(rec["ppl"]))
