@@ -745,3 +745,49 @@ def test_resume_with_a_config_other_than_the_runs(tmp_path, tiny_run, tiny_corpu
     status, out, err = run_cli(["train", str(tiny_corpus.config), "--out", str(run), "--resume",
                                 "--max-time", "600"])
     assert status == 0 and json.loads(out)["step"] == 64, err
+
+
+# -- an output that is a file the command reads: the run's own files, --dict, --ngram, a log -------------------
+def _reads(run: Path, g: dict) -> list[tuple[str, list[str], str]]:
+    """(name, argv, the file it must not overwrite): each wrote there, exit 0, losing that file."""
+    en, es, d = str(g["en"]), str(g["es"]), g["en"].parent
+    return [
+        ("translate -o RUN/config.yaml", ["translate", "--model", str(run), "-i", en, "-o", str(run / "config.yaml")],
+         str(run / "config.yaml")),
+        ("translate -o RUN/src.vocab", ["translate", "--model", str(run), "-i", en, "-o", str(run / "src.vocab")],
+         str(run / "src.vocab")),
+        ("translate --alignments RUN/checkpoints/BEST", ["translate", "--model", str(run), "-i", en,
+                                                         "--alignments", str(run / "checkpoints" / "BEST")],
+         str(run / "checkpoints" / "BEST")),
+        ("translate -o --dict", ["translate", "--model", str(run), "-i", en, "--replace-unk", "--dict",
+                                 str(d / "d.tsv"), "-o", str(d / "d.tsv")], str(d / "d.tsv")),
+        ("align -o RUN/tgt.vocab", ["align", "--model", str(run), "--src", en, "--tgt", es, "-o",
+                                    str(run / "tgt.vocab")], str(run / "tgt.vocab")),
+        ("ngram build --arpa --vocab-from RUN/tgt.vocab", ["ngram", "build", "--order", "2", "--input", es,
+                                                           "--vocab-from", str(run), "--arpa",
+                                                           str(run / "tgt.vocab")], str(run / "tgt.vocab")),
+        ("heatmap --csv RUN/config.yaml", ["analyse", "heatmap", "--model", str(run), "--input", "a cat", "--out",
+                                           str(d / "h.png"), "--csv", str(run / "config.yaml")],
+         str(run / "config.yaml")),
+        ("curves --csv RUN/log.jsonl", ["analyse", "curves", "--run", str(run), "--out", str(d / "c.png"), "--csv",
+                                        str(run / "log.jsonl")], str(run / "log.jsonl")),
+        ("lengths --out DIR holding --src as lengths.csv", ["analyse", "lengths", "--src", str(d / "L" / "lengths.csv"),
+                                                             "--ref", es, "--hyp", es, "--out", str(d / "L")],
+         str(d / "L" / "lengths.csv")),
+    ]
+
+
+READS = [name for name, _, _ in _reads(Path("RUN"), {"en": Path("d/en"), "es": Path("d/es")})]
+
+
+@pytest.mark.parametrize("name", READS)
+def test_an_output_never_overwrites_what_the_command_reads(name, tmp_path, tiny_run):
+    good = good_files(tmp_path)
+    run = _run_copy(tiny_run, tmp_path / "run")
+    (tmp_path / "d.tsv").write_text("cat\tgato\n", encoding="utf-8")
+    (tmp_path / "L").mkdir()
+    shutil.copyfile(good["en"], tmp_path / "L" / "lengths.csv")
+    argv, kept = next((a, k) for n, a, k in _reads(run, good) if n == name)
+    before = Path(kept).read_bytes()
+    assert_fails(tmp_path, argv, (kept, "would overwrite the input"))
+    assert Path(kept).read_bytes() == before, name

@@ -52,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
     if gold is not None:
         check_links_fit(gold, src, tgt, args.gold)
     if args.output:
-        check_output(args.output, [args.src, args.tgt, args.gold], "--output")
+        from attnmt.runs.checkpoint import run_files
+
+        check_output(args.output, [args.src, args.tgt, args.gold, *(f for m in args.model for f in run_files(m))],
+                     "--output")
     members = load_members(args.model, args.checkpoint, args.device)
     warning = truncation_warning(members, src)
     if warning:

@@ -64,8 +64,11 @@ def run_lengths(args: argparse.Namespace) -> int:
         if len(lines) != len(src):
             raise UserError(f"has {len(lines)} lines, {args.src} has {len(src)}", path)
         hyps[name] = lines
-    rows = bleu_by_length(src, ref, hyps)
     out = Path(args.out)
+    if out.is_dir():  # the three outputs, each checked as a file
+        for name in ("lengths.csv", "lengths.md", "lengths.png"):
+            check_output(out / name, [args.src, args.ref, *args.hyp], "--out")
+    rows = bleu_by_length(src, ref, hyps)
     out.mkdir(parents=True, exist_ok=True)
     write_table(rows, out / "lengths.csv", out / "lengths.md")
     plot_lengths(rows, names, out / "lengths.png")
@@ -91,9 +94,12 @@ def run_curves(args: argparse.Namespace) -> int:
     labels = args.label or [Path(r).name for r in args.run]
     if len(labels) != len(args.run) or len(set(labels)) != len(labels):
         raise UserError("give one distinct --label per --run")
-    check_output(args.out, flag="--out")
+    from attnmt.runs.checkpoint import run_files
+
+    logs = [f for r in args.run for f in run_files(r)]
+    check_output(args.out, logs, "--out")
     if args.csv:
-        check_output(args.csv, [args.out], "--csv")
+        check_output(args.csv, [args.out, *logs], "--csv")
     plot_curves(dict(zip(labels, args.run)), args.out, args.csv)
     print(f"attnmt: wrote {args.out}", file=sys.stderr)
     return 0
@@ -127,9 +133,12 @@ def run_heatmap(args: argparse.Namespace) -> int:
         raise UserError("--input is empty")
     if args.beam < 1:
         raise UserError("--beam must be at least 1")
-    check_output(args.out, flag="--out")
+    from attnmt.runs.checkpoint import run_files
+
+    read = run_files(args.model)
+    check_output(args.out, read, "--out")
     if args.csv:
-        check_output(args.csv, [args.out], "--csv")
+        check_output(args.csv, [args.out, *read], "--csv")
     member = load_members([args.model], args.checkpoint, args.device)[0]
     found = sentence_attention(member, args.input, args.target, args.beam, args.timing)
     plot_heatmap(found.rows, found.src_pieces, found.tgt_pieces, args.out,

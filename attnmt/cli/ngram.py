@@ -77,10 +77,12 @@ def run_build(args: argparse.Namespace) -> int:
         raise UserError("no such directory", args.temp)
     from attnmt.data.corpus import check_input, check_output
 
+    from attnmt.runs.checkpoint import run_files
+
     check_input(args.input)
     for flag, out in (("--arpa", args.arpa), ("--binary", args.binary)):
         if out:  # checked before the (long) estimation
-            check_output(out, [args.input], flag)
+            check_output(out, [args.input, *run_files(args.vocab_from)], flag)
     if args.arpa and args.binary and Path(args.arpa).resolve() == Path(args.binary).resolve():
         raise UserError("--arpa and --binary name the same file", args.arpa)
     tokenizer = None

@@ -68,10 +68,13 @@ def run(args: argparse.Namespace) -> int:
     # outputs are checked before the model loads: a typo should cost nothing
     if args.input:
         check_input(args.input)
+    from attnmt.runs.checkpoint import run_files
+
+    read = [args.input, args.dict, args.ngram, *(f for m in args.model for f in run_files(m))]
     if args.output:
-        check_output(args.output, [args.input], "--output")
+        check_output(args.output, read, "--output")
     if args.alignments:
-        check_output(args.alignments, [args.input, args.output], "--alignments")
+        check_output(args.alignments, [*read, args.output], "--alignments")
     from attnmt.decode.translate import check_precision_flags, set_search_precision, use_int8_output_layer
 
     check_precision_flags(args.bf16, args.float32)  # before the model loads, as the other checks

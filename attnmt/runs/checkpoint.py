@@ -127,6 +127,23 @@ def _prune(ckpt_root: Path, keep: int) -> None:
                 shutil.rmtree(stale, ignore_errors=True)
 
 
+def run_files(run_dir: str | os.PathLike | None) -> list[Path]:
+    """The files of a run directory that commands read (config, tokenizers, labels, log, every
+    checkpoint file): an output given as one of them is refused (``check_output``'s inputs), as
+    ``translate -o RUN/config.yaml`` would replace the run's config with translations."""
+    if run_dir is None or not Path(run_dir).is_dir():
+        return []
+    from attnmt.ngram.residual import TRAIN_FILE  # the n-gram model a run estimated itself
+
+    run = Path(run_dir)
+    own = [run / n for n in ("config.yaml", "labels.txt", "log.jsonl", TRAIN_FILE)]
+    own += [run / f"{side}{ext}" for side in ("src", "tgt") for ext in (".vocab", ".spm.model", ".spm.vocab")]
+    found = [p for p in own if p.is_file()]
+    if (run / "checkpoints").is_dir():
+        found += [p for p in (run / "checkpoints").rglob("*") if p.is_file()]
+    return found
+
+
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
