@@ -76,6 +76,16 @@ def test_bad_ngram_model(argv, name, tmp_path, tiny_run, tiny_arpa):
     assert_fails(tmp_path, argv(path, good), (str(path), *words), stdin=b"the cat\n")
 
 
+def test_ngram_of_another_vocabulary_says_where_it_differs(tmp_path, tiny_run, tiny_arpa):
+    """Equal sizes read 'vocabulary (29 entries) is not the run's target vocabulary (29 entries)'."""
+    good = good_files(tmp_path)
+    assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "--ngram",
+                            str(tiny_arpa), "--alpha", "0.1"],
+                 (str(tiny_arpa), "is not the run's target vocabulary (id ", "--vocab-from"))
+    assert_fails(tmp_path, ["ngram", "ppl", "--model", str(tmp_path), "--input", str(good["es"])],
+                 (str(tmp_path), "is a directory"))
+
+
 def test_bad_ngram_path_in_config(tmp_path, tiny_corpus):
     c = copy_corpus(tmp_path, tiny_corpus)
     arpa = tmp_path / "m.arpa"

@@ -351,6 +351,8 @@ def _check_tables(vocab: list[str], tables: list[OrderTable], path: str) -> None
 def load_ngram(path: str | os.PathLike) -> NgramLM:
     """Load an n-gram model from an ARPA file (plain or gzipped) or our binary format."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError("is a directory, expected an n-gram model file", str(path))
     if not path.is_file():
         raise UserError("no such file", str(path))
     with open(path, "rb") as f:

@@ -188,11 +188,13 @@ def unwrap(model: nn.Module) -> nn.Module:
 def check_vocab(ngram: NgramLM, tgt_tok, where: str) -> None:
     """The n-gram ids must be the neural target vocabulary's ids (``ngram build --vocab-from``)."""
     n = len(tgt_tok)
-    same = ngram.vocab_size == n and all(ngram.vocab[i] == tgt_tok.piece(i) for i in range(4, n))
-    if not same:
-        raise UserError(
-            f"n-gram vocabulary ({ngram.vocab_size} entries) is not the run's target vocabulary "
-            f"({n} entries); build it with `attnmt ngram build --vocab-from RUN_DIR`", where)
+    differ = next((i for i in range(4, n) if ngram.vocab[i] != tgt_tok.piece(i)), None) \
+        if ngram.vocab_size == n else None
+    if ngram.vocab_size != n or differ is not None:
+        how = (f"{ngram.vocab_size} entries, the run's {n}" if ngram.vocab_size != n else
+               f"id {differ} is {ngram.vocab[differ]!r}, the run's {tgt_tok.piece(differ)!r}")
+        raise UserError(f"n-gram vocabulary is not the run's target vocabulary ({how}); build it "
+                        "with `attnmt ngram build --vocab-from RUN_DIR`", where)
 
 
 def resolve_path(path: str, run_dir: str | Path | None) -> Path:
