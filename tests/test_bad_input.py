@@ -16,6 +16,8 @@ files in tests/bad_input_zoo.py; the server's half of the zoo is tests/test_bad_
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 import shutil
@@ -791,3 +793,31 @@ def test_an_output_never_overwrites_what_the_command_reads(name, tmp_path, tiny_
     before = Path(kept).read_bytes()
     assert_fails(tmp_path, argv, (kept, "would overwrite the input"))
     assert Path(kept).read_bytes() == before, name
+
+
+@pytest.mark.parametrize("failure", ["no-permission", "disk-full"])
+def test_an_unwritable_output_is_named_by_its_own_name(failure, tmp_path, tiny_run, monkeypatch):
+    """No permission named the temporary file (.hyp.tmp); a full disk was an OSError traceback."""
+    import builtins
+
+    from attnmt.data import corpus
+
+    good = good_files(tmp_path)
+    out = tmp_path / "hyp"
+    real_open = builtins.open
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        if "w" not in mode:
+            return real_open(file, mode, *args, **kwargs)
+        if failure == "no-permission":
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        real_open(file, mode, *args, **kwargs).close()  # the temporary file exists, then the disk fills
+        return Full()
+
+    monkeypatch.setattr(corpus, "open", fake_open, raising=False)
+    assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(out)],
+                 (f"{out}: cannot be written", "Permission denied" if failure == "no-permission" else "No space"))

@@ -17,6 +17,7 @@ that is one of the command's inputs, before any work is done.
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from typing import BinaryIO
 
 from attnmt.errors import UserError
 
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a write that failed
 MAX_LINE_BYTES = 1_000_000  # a "line" longer than this is a wrong or binary file, not a sentence
 
 
@@ -177,8 +179,14 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        # no permission, a read-only or full disk: named by the output, not its temporary name
+        # (or, for a write error without a name, a traceback)
+        if isinstance(err, OSError) and (
+                (err.filename is not None and os.fspath(err.filename) == os.fspath(tmp))
+                or (err.filename is None and err.errno in _WRITE_ERRNOS)):
+            raise UserError(f"cannot be written ({err.strerror or err})", str(path)) from None
         raise
 
 
