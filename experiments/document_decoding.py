@@ -16,6 +16,16 @@ cap)): every model then produces the same number of output pieces, so their spee
 without the confound of different output lengths (a model that stops early spreads the encoder's
 cost over fewer words); the translations are then meaningless and BLEU is not reported.
 
+--model A --model B ... --paired ROUNDS compares models instead (timing only, with --fixed-length):
+each round translates the chapters with every model, back to back in an order that rotates, and
+the JSON line gives each model's median decoder time per output piece and, for every model after
+the first, the median and quartiles over rounds of A's time ÷ its time in the same round (> 1: it
+is faster than A). A shared machine's speed drifts by more than the few per cent that models of
+one size differ by at batch 1; rounds side by side do not.
+
+    OMP_NUM_THREADS=1 python experiments/document_decoding.py --model RUN_A --model RUN_B \
+        --data DIR --books Ruth --fixed-length --paired 9
+
 DIR holds test.en, test.es and test.keys (`attnmt data bible --out DIR`). Prints one JSON line.
 """
 
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -73,7 +84,8 @@ def chapters(data: Path, src: str, tgt: str, books: set[str]) -> OrderedDict[str
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="training run directory")
+    p.add_argument("--model", required=True, action="append",
+                   help="training run directory (several with --paired)")
     p.add_argument("--data", required=True, type=Path, help="directory with test.{src,tgt,keys}")
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="es")
@@ -85,10 +97,20 @@ def main() -> None:
     p.add_argument("--cap", type=int, default=4096, help="maximum output pieces per chapter")
     p.add_argument("--ratio", type=float, default=1.5, help="maximum output pieces per source piece")
     p.add_argument("--out", help="write the chapter translations here")
+    p.add_argument("--paired", type=int, default=0, metavar="ROUNDS",
+                   help="compare the --model runs in ROUNDS interleaved rounds (needs --fixed-length)")
     args = p.parse_args()
     torch.set_num_threads(1)
 
     docs = chapters(args.data, args.src, args.tgt, set(filter(None, args.books.split(","))))
+    if args.paired:
+        if len(args.model) < 2 or not args.fixed_length or args.out:
+            p.error("--paired compares two or more --model runs, with --fixed-length, without --out")
+        print(json.dumps(paired(args, [" ".join(src) for src, _ in docs.values()])))
+        return
+    if len(args.model) > 1:
+        p.error("several --model runs are compared with --paired ROUNDS")
+    args.model = args.model[0]
     translator = Translator.from_run(args.model, device="cpu")
     timed = Timed(translator.model, args.fixed_length)
     translator.model = timed
@@ -126,6 +148,44 @@ def main() -> None:
     print(json.dumps(result))
     if args.out:
         Path(args.out).write_text("\n".join(hyps) + "\n", encoding="utf-8")
+
+
+def decoder_ms_per_piece(translator: Translator, sources: list[str], args) -> float:
+    """Decoder CPU time per output piece of translating ``sources`` (its model is ``Timed``)."""
+    timed = translator.model
+    timed.encode_cpu, pieces = 0.0, 0
+    start = time.thread_time()
+    for i in range(0, len(sources), args.batch_size):
+        out = translator.translate(sources[i : i + args.batch_size], beam=args.beam,
+                                   batch_size=args.batch_size, max_len_ratio=args.ratio,
+                                   max_len_cap=args.cap)
+        pieces += sum(len(t[0].tgt_pieces) for t in out)
+    return 1000 * (time.thread_time() - start - timed.encode_cpu) / max(pieces, 1)
+
+
+def paired(args, sources: list[str]) -> dict:
+    """--paired: every model's time per round, rounds interleaved; ratios against the first."""
+    translators = []
+    for run in args.model:
+        translator = Translator.from_run(run, device="cpu")
+        translator.model = Timed(translator.model, no_eos=True)
+        translators.append(translator)
+    times: list[list[float]] = [[] for _ in translators]
+    order = list(range(len(translators)))
+    for r in range(args.paired):
+        for i in order[r % len(order):] + order[: r % len(order)]:
+            times[i].append(decoder_ms_per_piece(translators[i], sources, args))
+    result = {"models": args.model, "beam": args.beam, "batch_size": args.batch_size,
+              "chapters": len(sources), "rounds": args.paired,
+              "decoder_ms_per_out_piece_median": [round(statistics.median(t), 3) for t in times],
+              "paired_ratio_to_first": []}
+    for t in times[1:]:
+        ratios = sorted(a / b for a, b in zip(times[0], t))
+        n = len(ratios)
+        result["paired_ratio_to_first"].append(
+            {"median": round(statistics.median(ratios), 3),
+             "quartiles": [round(ratios[n // 4], 3), round(ratios[(3 * n) // 4], 3)]})
+    return result
 
 
 if __name__ == "__main__":
