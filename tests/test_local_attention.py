@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from tensor_probes import LargestTensor
 
 from attnmt.attention import GlobalAttention, LocalAttention, build_attention, local_attention
-from attnmt.attention.local_attention import WindowDot, WindowSum
+from attnmt.attention import window_products
+from attnmt.attention.window_products import WindowDot, WindowSum
 from attnmt.config import ModelConfig
 from attnmt.models.common import lengths_to_mask, select_batch
 from attnmt.models.seq2seq import Seq2Seq
@@ -344,7 +345,7 @@ def test_decoding_under_autocast_runs_close_to_float32():
 
 @pytest.mark.parametrize("chunk", [1 << 20, 7])  # one chunk; one window row per chunk
 def test_window_products_gradcheck(monkeypatch, chunk):
-    monkeypatch.setattr(local_attention, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(window_products, "CHUNK_ELEMENTS", chunk)
     g = torch.Generator().manual_seed(0)
     rows = torch.randint(0, 9, (6, 4), generator=g)  # repeated rows: gradients must add up
     x = torch.randn(6, 5, dtype=torch.double, generator=g, requires_grad=True)

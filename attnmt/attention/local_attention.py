@@ -32,8 +32,8 @@ costs O(T·D·d) time, whatever the source length S; the full T×S score matrix 
 Training (autograd on): per memory (``Memory.cached``), two small tables over the source positions
 padded by D on each side give, for the window slot j of a centre, the memory row to read (clamped
 into the sentence) and an additive mask (0 inside the sentence, −inf outside). For dot and general
-the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions that
-gather the window rows in bounded chunks and gather them again in backward instead of keeping a
+the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions
+(attention/window_products.py) that gather the window rows in bounded chunks and gather them again in backward instead of keeping a
 (T, 2D+1, d) copy of the windows: training memory is O(T·(D + d)) on top of the encoder states (and
 their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
 for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected
@@ -68,17 +68,15 @@ import struct
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from attnmt.attention.base import Memory
 from attnmt.attention.global_attention import ScoreFunction
+from attnmt.attention.window_products import WindowDot, WindowSum, gather_windows
 
 MODES = ("local-m", "local-p")
 COMPOSITIONS = ("paper", "inside")
 
 
-# temporary gathered window elements (rows × (2D+1) × d) per chunk with autograd: 4 MB in float32
-CHUNK_ELEMENTS = 1 << 20
 # decoding: a step gathers up to this many window elements at once (256 KB in float32); beyond it,
 # at long S, in STEP_CHUNKS chunks, each then smaller than one of the B×T×S score tensors a step of
 # global attention allocates (it allocates about three): a step's temporaries stay well below
@@ -100,79 +98,6 @@ def _sigmoid(x: float) -> float:
         return 1.0 / (1.0 + math.exp(-x))
     e = math.exp(x)
     return e / (1.0 + e)
-
-
-def gather_windows(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """table (N, d), rows (M, W) -> the window rows (M, W, d), materialised."""
-    return table.index_select(0, rows.reshape(-1)).view(*rows.shape, table.size(-1))
-
-
-def _chunk(rows: torch.Tensor, d: int) -> int:
-    return max(1, CHUNK_ELEMENTS // max(1, rows.size(1) * d))
-
-
-def window_dot(x: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """out[m, w] = x[m] · table[rows[m, w]]: x (M, d), table (N, d), rows (M, W) -> (M, W)."""
-    step = _chunk(rows, table.size(1))
-    # (M, W, d) @ (M, d, 1): the windows are the only temporary (a multiply-and-sum would
-    # allocate their product too)
-    parts = [
-        torch.bmm(gather_windows(table, rows[i : i + step]), x[i : i + step].unsqueeze(-1))
-        .squeeze(-1)
-        for i in range(0, rows.size(0), step)
-    ]
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def window_sum(a: torch.Tensor, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """out[m] = Σ_w a[m, w] table[rows[m, w]]: a (M, W) -> (M, d), without gathering the rows."""
-    return F.embedding_bag(rows, table, per_sample_weights=a.to(table.dtype), mode="sum")
-
-
-def window_scatter(a: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, N: int) -> torch.Tensor:
-    """The transpose of both: out[n] = Σ_{m, w: rows[m, w] = n} a[m, w] x[m] -> (N, d)."""
-    out = x.new_zeros(N, x.size(1))
-    step = _chunk(rows, x.size(1))
-    for i in range(0, rows.size(0), step):
-        outer = a[i : i + step].unsqueeze(-1).to(x.dtype) * x[i : i + step].unsqueeze(1)
-        out.index_add_(0, rows[i : i + step].reshape(-1), outer.reshape(-1, x.size(1)))
-    return out
-
-
-class WindowDot(torch.autograd.Function):
-    """window_dot with a backward that re-gathers the windows instead of saving them."""
-
-    @staticmethod
-    def forward(ctx, x, table, rows):
-        ctx.save_for_backward(x, table, rows)  # x is small, table is the memory itself
-        return window_dot(x, table, rows)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        x, table, rows = ctx.saved_tensors
-        need_x, need_table, _ = ctx.needs_input_grad
-        grad_x = window_sum(grad, table, rows).to(x.dtype) if need_x else None
-        grad_table = window_scatter(grad, x, rows, table.size(0)) if need_table else None
-        return grad_x, grad_table, None
-
-
-class WindowSum(torch.autograd.Function):
-    """window_sum with a backward that re-gathers the windows instead of saving them."""
-
-    @staticmethod
-    def forward(ctx, a, table, rows):
-        ctx.save_for_backward(a, table, rows)
-        return window_sum(a, table, rows)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        a, table, rows = ctx.saved_tensors
-        need_a, need_table, _ = ctx.needs_input_grad
-        grad_a = window_dot(grad.to(table.dtype), table, rows).to(a.dtype) if need_a else None
-        grad_table = window_scatter(a, grad, rows, table.size(0)) if need_table else None
-        return grad_a, grad_table, None
 
 
 class LocalAttention(nn.Module):
