@@ -2,22 +2,20 @@
 
 Bad text files (missing, a directory, invalid UTF-8, NUL bytes, UTF-16, an over-long line, empty or
 blank), bad configs and ``--set`` values, broken run directories and training logs, broken
-ARPA/binary n-gram models and outputs that cannot or must not be written, each through every
-command that takes them. Every case must end with exit status 2 and exactly one line
+ARPA/binary n-gram models, each through every command that takes them. Every case must end with exit status 2 and exactly one line
 ``attnmt: error: ...`` on stderr that names the file (or key), no traceback, nothing on stdout, and
 no file left behind in its directory.
 
 The commands run in-process (``attnmt.cli.main.main``, stderr captured) on one tiny model trained
 once per session (``tiny_run`` in conftest.py); a few cases run the real console script to check
 that the process exit status is 2. Configs, ``--set`` and training corpora are in
-tests/test_bad_configs.py, n-gram models in tests/test_bad_ngram.py, the shared runner and bad
+tests/test_bad_configs.py, n-gram models in tests/test_bad_ngram.py, outputs that cannot or must
+not be written in tests/test_bad_outputs.py, the shared runner and bad
 files in tests/bad_input_zoo.py; the server's half of the zoo is tests/test_bad_requests.py.
 """
 
 from __future__ import annotations
 
-import errno
-import io
 import json
 import os
 import shutil
@@ -364,94 +362,6 @@ def test_checkpoint_names_are_checked(tmp_path, tiny_run):
                                 str(good["en"])], (str(tiny_run), "checkpoint"))
 
 
-# -- outputs that cannot or must not be written -------------------------------------------------------------
-def _output_cases():
-    def translate(o, g):
-        return ["translate", "--model", str(g["run"]), "-i", str(g["en"]), "-o", str(o)]
-
-    def alignments(o, g):
-        return ["translate", "--model", str(g["run"]), "-i", str(g["en"]), "--alignments", str(o)]
-
-    def ngram_arpa(o, g):
-        return ["ngram", "build", "--order", "2", "--input", str(g["es"]), "--arpa", str(o)]
-
-    def ngram_binary(o, g):
-        return ["ngram", "build", "--order", "2", "--input", str(g["es"]), "--binary", str(o)]
-
-    def align(o, g):
-        return ["align", "--model", str(g["run"]), "--src", str(g["en"]), "--tgt", str(g["es"]), "-o", str(o)]
-
-    def heatmap(o, g):
-        return ["analyse", "heatmap", "--model", str(g["run"]), "--input", "a cat", "--out", str(o)]
-
-    def heatmap_csv(o, g):
-        return ["analyse", "heatmap", "--model", str(g["run"]), "--input", "a cat", "--out",
-                str(g["en"].parent / "h.png"), "--csv", str(o)]
-
-    def curves(o, g):
-        return ["analyse", "curves", "--run", str(g["run"]), "--out", str(o)]
-
-    def lengths(o, g):
-        return ["analyse", "lengths", "--src", str(g["en"]), "--ref", str(g["es"]), "--hyp", str(g["es"]),
-                "--out", str(o)]
-
-    def synthetic(o, g):
-        return ["data", "synthetic", "--out", str(o), "--train", "5", "--dev", "5", "--test", "5"]
-
-    def agreement(o, g):
-        return ["data", "agreement", "--out", str(o), "--train", "5", "--test-per-bucket", "2"]
-
-    def average(o, g):
-        return ["average", "--model", str(g["run"]), "--last", "1", "--out", str(o)]
-
-    def train(o, g):
-        return ["train", str(g["config"]), "--out", str(o)]
-
-    files = [translate, alignments, ngram_arpa, ngram_binary, align, heatmap, heatmap_csv, curves]
-    dirs = [lengths, synthetic, agreement, average, train]
-    for f in files:
-        for kind in ("directory", "missing-folder", "folder-is-a-file"):
-            yield pytest.param(f, kind, id=f"{f.__name__}-{kind}")
-    for f in dirs:
-        yield pytest.param(f, "dir-is-a-file", id=f"{f.__name__}-dir-is-a-file")
-    for f, inp in ((translate, "en"), (alignments, "en"), (ngram_arpa, "es"), (ngram_binary, "es"),
-                   (align, "es")):
-        yield pytest.param(f, f"same-as-input-{inp}", id=f"{f.__name__}-same-as-input")
-
-
-@pytest.mark.parametrize("argv,kind", list(_output_cases()))
-def test_bad_output(argv, kind, tmp_path, tiny_run, tiny_corpus):
-    good = good_files(tmp_path)
-    good["run"], good["config"] = tiny_run, tiny_corpus.config
-    if kind == "directory":
-        out = tmp_path / "outdir"
-        out.mkdir()
-        (out / "keep").write_text("x")
-    elif kind == "missing-folder":
-        out = tmp_path / "no" / "such" / "out.txt"
-    elif kind == "folder-is-a-file":
-        (tmp_path / "afile").write_text("x")
-        out = tmp_path / "afile" / "out.txt"
-    elif kind == "dir-is-a-file":
-        out = tmp_path / "afile"
-        out.write_text("x")
-    else:
-        out = good[kind.rsplit("-", 1)[1]]
-    before = out.read_bytes() if out.is_file() else None
-    assert_fails(tmp_path, argv(out, good), (str(out) if kind != "folder-is-a-file" else "afile",))
-    if before is not None:
-        assert out.read_bytes() == before  # an input is never overwritten
-
-
-def test_translate_output_equal_to_input_via_another_name(tmp_path, tiny_run):
-    good = good_files(tmp_path)
-    link = tmp_path / "link.en"
-    link.symlink_to(good["en"])
-    assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(link)],
-                 ("would overwrite the input",))
-    assert good["en"].read_text() == GOOD_EN
-
-
 # -- resuming from a run directory ---------------------------------------------------------------------------
 def test_resume_problems(tmp_path, tiny_run):
     run = _run_copy(tiny_run, tmp_path / "run")
@@ -610,18 +520,6 @@ def test_align_gold_links_outside_the_sentences(tmp_path, tiny_run):
                  (f"{gold}:2:", "link 1-7", "6 target words"))
 
 
-def test_write_errors_leave_no_temporary_file(tmp_path):
-    from attnmt.data.corpus import write_lines
-
-    def lines():
-        yield "one"
-        raise RuntimeError("disk full")
-
-    with pytest.raises(RuntimeError):
-        write_lines(tmp_path / "out.txt", lines())
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_ragged_tsv_is_an_error_not_other_columns(tmp_path, tiny_run):
     """A TSV line with more columns than the first (a tab inside a sentence) would have its last
     two fields read as source and target: a perplexity of the wrong text, exit 0."""
@@ -747,77 +645,3 @@ def test_resume_with_a_config_other_than_the_runs(tmp_path, tiny_run, tiny_corpu
     status, out, err = run_cli(["train", str(tiny_corpus.config), "--out", str(run), "--resume",
                                 "--max-time", "600"])
     assert status == 0 and json.loads(out)["step"] == 64, err
-
-
-# -- an output that is a file the command reads: the run's own files, --dict, --ngram, a log -------------------
-def _reads(run: Path, g: dict) -> list[tuple[str, list[str], str]]:
-    """(name, argv, the file it must not overwrite): each wrote there, exit 0, losing that file."""
-    en, es, d = str(g["en"]), str(g["es"]), g["en"].parent
-    return [
-        ("translate -o RUN/config.yaml", ["translate", "--model", str(run), "-i", en, "-o", str(run / "config.yaml")],
-         str(run / "config.yaml")),
-        ("translate -o RUN/src.vocab", ["translate", "--model", str(run), "-i", en, "-o", str(run / "src.vocab")],
-         str(run / "src.vocab")),
-        ("translate --alignments RUN/checkpoints/BEST", ["translate", "--model", str(run), "-i", en,
-                                                         "--alignments", str(run / "checkpoints" / "BEST")],
-         str(run / "checkpoints" / "BEST")),
-        ("translate -o --dict", ["translate", "--model", str(run), "-i", en, "--replace-unk", "--dict",
-                                 str(d / "d.tsv"), "-o", str(d / "d.tsv")], str(d / "d.tsv")),
-        ("align -o RUN/tgt.vocab", ["align", "--model", str(run), "--src", en, "--tgt", es, "-o",
-                                    str(run / "tgt.vocab")], str(run / "tgt.vocab")),
-        ("ngram build --arpa --vocab-from RUN/tgt.vocab", ["ngram", "build", "--order", "2", "--input", es,
-                                                           "--vocab-from", str(run), "--arpa",
-                                                           str(run / "tgt.vocab")], str(run / "tgt.vocab")),
-        ("heatmap --csv RUN/config.yaml", ["analyse", "heatmap", "--model", str(run), "--input", "a cat", "--out",
-                                           str(d / "h.png"), "--csv", str(run / "config.yaml")],
-         str(run / "config.yaml")),
-        ("curves --csv RUN/log.jsonl", ["analyse", "curves", "--run", str(run), "--out", str(d / "c.png"), "--csv",
-                                        str(run / "log.jsonl")], str(run / "log.jsonl")),
-        ("lengths --out DIR holding --src as lengths.csv", ["analyse", "lengths", "--src", str(d / "L" / "lengths.csv"),
-                                                             "--ref", es, "--hyp", es, "--out", str(d / "L")],
-         str(d / "L" / "lengths.csv")),
-    ]
-
-
-READS = [name for name, _, _ in _reads(Path("RUN"), {"en": Path("d/en"), "es": Path("d/es")})]
-
-
-@pytest.mark.parametrize("name", READS)
-def test_an_output_never_overwrites_what_the_command_reads(name, tmp_path, tiny_run):
-    good = good_files(tmp_path)
-    run = _run_copy(tiny_run, tmp_path / "run")
-    (tmp_path / "d.tsv").write_text("cat\tgato\n", encoding="utf-8")
-    (tmp_path / "L").mkdir()
-    shutil.copyfile(good["en"], tmp_path / "L" / "lengths.csv")
-    argv, kept = next((a, k) for n, a, k in _reads(run, good) if n == name)
-    before = Path(kept).read_bytes()
-    assert_fails(tmp_path, argv, (kept, "would overwrite the input"))
-    assert Path(kept).read_bytes() == before, name
-
-
-@pytest.mark.parametrize("failure", ["no-permission", "disk-full"])
-def test_an_unwritable_output_is_named_by_its_own_name(failure, tmp_path, tiny_run, monkeypatch):
-    """No permission named the temporary file (.hyp.tmp); a full disk was an OSError traceback."""
-    import builtins
-
-    from attnmt.data import corpus
-
-    good = good_files(tmp_path)
-    out = tmp_path / "hyp"
-    real_open = builtins.open
-
-    class Full(io.StringIO):
-        def write(self, text):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    def fake_open(file, mode="r", *args, **kwargs):
-        if "w" not in mode:
-            return real_open(file, mode, *args, **kwargs)
-        if failure == "no-permission":
-            raise PermissionError(errno.EACCES, "Permission denied", str(file))
-        real_open(file, mode, *args, **kwargs).close()  # the temporary file exists, then the disk fills
-        return Full()
-
-    monkeypatch.setattr(corpus, "open", fake_open, raising=False)
-    assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(out)],
-                 (f"{out}: cannot be written", "Permission denied" if failure == "no-permission" else "No space"))
