@@ -2,16 +2,16 @@
 
 Bad text files (missing, a directory, invalid UTF-8, NUL bytes, UTF-16, an over-long line, empty or
 blank), bad configs and ``--set`` values, broken run directories and training logs, broken
-ARPA/binary n-gram models, each through every command that takes them. Every case must end with exit status 2 and exactly one line
-``attnmt: error: ...`` on stderr that names the file (or key), no traceback, nothing on stdout, and
-no file left behind in its directory.
+ARPA/binary n-gram models, each through every command that takes them. Every case must end with
+exit status 2 and exactly one line ``attnmt: error: ...`` on stderr that names the file (or key),
+no traceback, nothing on stdout, and no file left behind in its directory.
 
 The commands run in-process (``attnmt.cli.main.main``, stderr captured) on one tiny model trained
 once per session (``tiny_run`` in conftest.py); a few cases run the real console script to check
 that the process exit status is 2. Configs, ``--set`` and training corpora are in
 tests/test_bad_configs.py, n-gram models in tests/test_bad_ngram.py, outputs that cannot or must
-not be written in tests/test_bad_outputs.py, the shared runner and bad
-files in tests/bad_input_zoo.py; the server's half of the zoo is tests/test_bad_requests.py.
+not be written in tests/test_bad_outputs.py, the shared runner and bad files in
+tests/bad_input_zoo.py; the server's half of the zoo is tests/test_bad_requests.py.
 """
 
 from __future__ import annotations
