@@ -1,6 +1,6 @@
-"""Shared parts of the malformed-input zoo (tests/test_bad_input.py, test_bad_configs.py, test_bad_ngram.py):
-running a command in-process and checking that it fails as a user error, and generated bad text
-files."""
+"""Shared parts of the malformed-input zoo (tests/test_bad_input.py, test_bad_configs.py, test_bad_ngram.py,
+test_bad_outputs.py, test_bad_resume.py): running a command in-process and checking that it fails
+as a user error, generated bad text files, copies and damage of a trained run."""
 
 from __future__ import annotations
 
@@ -107,3 +107,19 @@ def good_files(d: Path) -> dict[str, Path]:
     (d / "good.es").write_text(GOOD_ES, encoding="utf-8")
     (d / "good.align").write_text("0-0 1-2 2-1\n0-0\n0-0 1-1\n", encoding="utf-8")
     return {"en": d / "good.en", "es": d / "good.es", "align": d / "good.align", "prefix": d / "good"}
+
+
+def run_copy(tiny_run: Path, dest: Path) -> Path:
+    shutil.copytree(tiny_run, dest)
+    return dest
+
+
+def nan_weights(weights: Path) -> None:
+    """One NaN in the first floating tensor: a diverged run's checkpoint (translated to empty lines,
+    exit 0)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(weights)
+    first = next(k for k, v in tensors.items() if v.is_floating_point())
+    tensors[first].view(-1)[0] = float("nan")
+    save_file(tensors, weights)

@@ -10,14 +10,14 @@ The commands run in-process (``attnmt.cli.main.main``, stderr captured) on one t
 once per session (``tiny_run`` in conftest.py); a few cases run the real console script to check
 that the process exit status is 2. Configs, ``--set`` and training corpora are in
 tests/test_bad_configs.py, n-gram models in tests/test_bad_ngram.py, outputs that cannot or must
-not be written in tests/test_bad_outputs.py, the shared runner and bad files in
+not be written in tests/test_bad_outputs.py, resuming and averaging runs in
+tests/test_bad_resume.py, the shared runner and bad files in
 tests/bad_input_zoo.py; the server's half of the zoo is tests/test_bad_requests.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 
-from bad_input_zoo import BAD_TEXT, EMPTY_TEXT, GOOD_EN, GOOD_ES, assert_fails, good_files, listing, run_cli
+from bad_input_zoo import (BAD_TEXT, EMPTY_TEXT, GOOD_EN, GOOD_ES, assert_fails, good_files,
+                           nan_weights, run_cli, run_copy)
 
 
 # -- untrained Transformer runs for the window and classification analyses -------------------------------------
@@ -70,11 +71,6 @@ def classify_run(tmp_path_factory) -> Path:
     return _untrained_run(tmp_path_factory.mktemp("classify"), "classify")
 
 
-def _run_copy(tiny_run: Path, dest: Path) -> Path:
-    shutil.copytree(tiny_run, dest)
-    return dest
-
-
 def _each_weights(run: Path, breaks: Callable[[Path], object]) -> None:
     for weights in (run / "checkpoints").glob("step-*/model.safetensors"):
         breaks(weights)
@@ -91,17 +87,6 @@ def _double_hidden(run: Path) -> None:
     cfg["model"]["hidden"] *= 2
     cfg["model"]["embed"] *= 2
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-
-
-def _nan_weights(weights: Path) -> None:
-    """One NaN in the first floating tensor: a diverged run's checkpoint (translated to empty lines,
-    exit 0)."""
-    from safetensors.torch import load_file, save_file
-
-    tensors = load_file(weights)
-    first = next(k for k, v in tensors.items() if v.is_floating_point())
-    tensors[first].view(-1)[0] = float("nan")
-    save_file(tensors, weights)
 
 
 def _int_weights(weights: Path) -> None:
@@ -150,7 +135,7 @@ BAD_RUNS = [
      WEIGHTS, ("safetensors",)),
     ("weights-empty", lambda r: _each_weights(r, lambda w: w.write_bytes(b"")), WEIGHTS, ()),
     ("weights-dir", lambda r: _each_weights(r, lambda w: (w.unlink(), w.mkdir())), WEIGHTS, ()),
-    ("weights-nan", lambda r: _each_weights(r, _nan_weights), "", ("NaN",)),
+    ("weights-nan", lambda r: _each_weights(r, nan_weights), "", ("NaN",)),
     ("weights-int", lambda r: _each_weights(r, _int_weights), "", ("weights do not fit", "int64")),
     ("weights-misfit", lambda r: _double_hidden(r), "", ("weights do not fit",)),
     ("vocab-misfit", lambda r: (r / "tgt.vocab").write_text((r / "tgt.vocab").read_text() + "extra\n"),
@@ -319,7 +304,7 @@ def test_bad_run_directory(kind, argv, make, shown, words, tmp_path, tiny_run, w
     good = good_files(tmp_path)
     (tmp_path / "good.en.tsv").write_text("a cat\tsg\n", encoding="utf-8")
     good["run"] = tiny_run
-    run = _run_copy({"lstm": tiny_run, "window": window_run, "classify": classify_run}[kind],
+    run = run_copy({"lstm": tiny_run, "window": window_run, "classify": classify_run}[kind],
                     tmp_path / "run")
     out = tmp_path / "out"
     out.mkdir()
@@ -360,54 +345,6 @@ def test_checkpoint_names_are_checked(tmp_path, tiny_run):
     for name in ("step-nope", "../../etc", "LAST", ""):
         assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "--checkpoint", name, "-i",
                                 str(good["en"])], (str(tiny_run), "checkpoint"))
-
-
-# -- resuming from a run directory ---------------------------------------------------------------------------
-def test_resume_problems(tmp_path, tiny_run):
-    run = _run_copy(tiny_run, tmp_path / "run")
-    last = run / "checkpoints" / (run / "checkpoints" / "LAST").read_text().strip()
-    state = last / "trainer.pt"
-    assert_fails(tmp_path, ["train", "--out", str(tmp_path / "none"), "--resume"], ("CONFIG",))
-    state.write_bytes(b"not a pickle")
-    assert_fails(tmp_path, ["train", "--out", str(run), "--resume"], (str(state),))
-    import torch
-
-    torch.save({"step": 3}, state)  # a dict without the optimizer and progress
-    assert_fails(tmp_path, ["train", "--out", str(run), "--resume"], (str(state),))
-    state.unlink()
-    state.mkdir()
-    assert_fails(tmp_path, ["train", "--out", str(run), "--resume"], (str(state),))
-    # a --set that changes the model's shape: was a RuntimeError traceback from load_state_dict
-    config = (run / "config.yaml").read_text()
-    assert_fails(tmp_path, ["train", "--out", str(run), "--resume", "--set", "model.hidden=16"],
-                 (str(last / "model.safetensors"), "weights do not fit", "size mismatch"))
-    assert (run / "config.yaml").read_text() == config  # the run's config is kept as it was
-    _nan_weights(last / "model.safetensors")
-    assert_fails(tmp_path, ["train", "--out", str(run), "--resume"],
-                 (str(last / "model.safetensors"), "NaN"))
-
-
-class _Exploit:
-    """A pickle whose loading runs code: it would create the marker file."""
-
-    def __init__(self, marker: Path):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-def test_crafted_trainer_state_does_not_run(tmp_path, tiny_run):
-    import torch
-
-    run = _run_copy(tiny_run, tmp_path / "run")
-    last = run / "checkpoints" / (run / "checkpoints" / "LAST").read_text().strip()
-    marker = tmp_path / "pwned"
-    torch.save({"optimizer": _Exploit(marker), "step": 1}, last / "trainer.pt")
-    status, out, err = run_cli(["train", "--out", str(run), "--resume"])
-    assert not marker.exists(), "loading trainer.pt ran code from the run directory"
-    assert status == 2 and "trainer.pt" in err and "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1
 
 
 # -- the real console: exit status 2 and one line ---------------------------------------------------------
@@ -604,44 +541,3 @@ CONFLICTING_FLAGS = [
 @pytest.mark.parametrize("argv,words", CONFLICTING_FLAGS, ids=[" ".join(w) for _, w in CONFLICTING_FLAGS])
 def test_conflicting_flags(argv, words, tmp_path, tiny_run):
     assert_fails(tmp_path, argv(tiny_run, good_files(tmp_path)), words)
-
-
-# -- average: a whole new run, or nothing ---------------------------------------------------------------------
-def test_average_writes_a_whole_run_or_nothing(tmp_path, tiny_run, monkeypatch):
-    """--out holding other files had its config.yaml, vocabularies and log replaced; a failure while
-    writing left a half-written run."""
-    busy = tmp_path / "busy"
-    busy.mkdir()
-    (busy / "config.yaml").write_text("mine\n")
-    assert_fails(tmp_path, ["average", "--model", str(tiny_run), "--last", "2", "--out", str(busy)],
-                 (str(busy), "new or empty directory"))
-    assert (busy / "config.yaml").read_text() == "mine\n"
-    from attnmt.train import averaging
-
-    def disk_full(*args, **kwargs):
-        raise OSError(28, "No space left on device", str(args[0]))
-
-    monkeypatch.setattr(averaging, "save_checkpoint", disk_full)
-    before = listing(tmp_path)
-    status, out, err = run_cli(["average", "--model", str(tiny_run), "--last", "2", "--out",
-                                str(tmp_path / "avg")])
-    assert status == 2 and "No space left" in err and listing(tmp_path) == before, err
-    monkeypatch.undo()
-    empty = tmp_path / "empty"
-    empty.mkdir()  # an empty directory is fine: it becomes the run
-    status, out, err = run_cli(["average", "--model", str(tiny_run), "--last", "2", "--out", str(empty)])
-    assert status == 0 and (empty / "config.yaml").is_file() and (empty / "checkpoints" / "BEST").is_file(), err
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-
-
-def test_resume_with_a_config_other_than_the_runs(tmp_path, tiny_run, tiny_corpus):
-    """--resume continues with RUN/config.yaml; a changed CONFIG beside it was silently ignored."""
-    run = _run_copy(tiny_run, tmp_path / "run")
-    changed = tmp_path / "changed.yaml"
-    changed.write_text(tiny_corpus.config.read_text().replace("hidden: 32", "hidden: 16"), encoding="utf-8")
-    assert_fails(tmp_path, ["train", str(changed), "--out", str(run), "--resume"],
-                 (str(changed), str(run / "config.yaml"), "model.hidden is 16 here, 32 in the run"))
-    # the same CONFIG (and the same --set on both sides, as a Makefile's repeated command) resumes
-    status, out, err = run_cli(["train", str(tiny_corpus.config), "--out", str(run), "--resume",
-                                "--max-time", "600"])
-    assert status == 0 and json.loads(out)["step"] == 64, err

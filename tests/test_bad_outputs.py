@@ -16,12 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bad_input_zoo import GOOD_EN, assert_fails, good_files
-
-
-def _run_copy(tiny_run: Path, dest: Path) -> Path:
-    shutil.copytree(tiny_run, dest)
-    return dest
+from bad_input_zoo import GOOD_EN, assert_fails, good_files, run_copy
 
 
 # -- outputs that cannot or must not be written -------------------------------------------------------------
@@ -160,7 +155,7 @@ READS = [name for name, _, _ in _reads(Path("RUN"), {"en": Path("d/en"), "es": P
 @pytest.mark.parametrize("name", READS)
 def test_an_output_never_overwrites_what_the_command_reads(name, tmp_path, tiny_run):
     good = good_files(tmp_path)
-    run = _run_copy(tiny_run, tmp_path / "run")
+    run = run_copy(tiny_run, tmp_path / "run")
     (tmp_path / "d.tsv").write_text("cat\tgato\n", encoding="utf-8")
     (tmp_path / "L").mkdir()
     shutil.copyfile(good["en"], tmp_path / "L" / "lengths.csv")
