@@ -146,10 +146,10 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
         if mode == "local-p":  # p_t spread over the sentence when the queries are
             att.v_p.weight.mul_(8)
     monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
-    taken = []
-    blocks = LocalAttention._attend_blocks
-    monkeypatch.setattr(LocalAttention, "_attend_blocks",
-                        lambda *a: taken.append(blocks(*a)) or taken[-1])
+    taken = []  # one sentence's local-p rows: _decode_sentence's slice; else _attend_blocks
+    method = "_decode_sentence" if E == 1 and mode == "local-p" else "_attend_blocks"
+    blocks = getattr(LocalAttention, method)
+    monkeypatch.setattr(LocalAttention, method, lambda *a: taken.append(blocks(*a)) or taken[-1])
     for t in (12, 45):
         positions = torch.tensor([t])
         with torch.enable_grad():
@@ -195,6 +195,39 @@ def test_beam_blocks_stay_inside_their_sentence(monkeypatch):
     with torch.no_grad():
         got, dense = att(query, att.prepare(values, mask).repeat_rows(k), positions)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dense, want_dense, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("composition", ["paper", "inside"])
+@pytest.mark.parametrize("targets", [[10.3, 12.7, 10.9, 14.1], [0.5, 2.5, 1.1, 0.2],
+                                     [39.5, 37.2, 39.9, 38.0], [20.5, 20.1, 20.9, 20.4],
+                                     [3.5, 3.5, 3.5, 30.5]])
+def test_one_sentence_beam_rows_read_one_slice(composition, targets):
+    """The k hypotheses of one sentence read one slice of its padded rows, each row's window
+    cut out by a band mask when their centres differ (at the sentence's start and end too); far
+    apart, they gather windows: all equal the training path, weights included."""
+    S, d, k, D = 40, 8, 4, 3
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(1, S, d, generator=g)
+    mask = torch.ones(1, S, dtype=torch.bool)
+    att = LocalAttention("local-p", "general", d, d, window=D, composition=composition)
+    with torch.no_grad():  # p_t = S·σ(20·tanh(h_1)): each row's p_t chosen through h_1
+        att.W_p.weight.copy_(torch.eye(d))
+        att.v_p.weight.zero_()[0, 0] = 20.0
+    query = torch.randn(k, 1, d, generator=g)
+    query[:, 0, 0] = torch.atanh(torch.logit(torch.tensor(targets) / S) / 20)
+    positions = torch.tensor([3])
+    with torch.enable_grad():
+        memory = att.prepare(values, mask).repeat_rows(k)
+        want, want_dense = (x.detach() for x in att(query, memory, positions))
+    with torch.no_grad():
+        memory = att.prepare(values, mask).repeat_rows(k)
+        got, dense = att(query, memory, positions)
+        alone, _ = att(query, memory, positions, need_weights=False)
+        sliced = att._decode_sentence(query, att._padded(memory), None, False)
+    assert (sliced is None) == (max(targets) - min(targets) > 20)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(alone, got)
     torch.testing.assert_close(dense, want_dense, rtol=1e-5, atol=1e-6)
 
 

@@ -48,8 +48,10 @@ needs no d×d product per hypothesis for its score). The window centred at c of 
 D+1+D consecutive rows starting at e·(S+2D) + c of the flattened buffer: one ``index_select`` of
 a strided ``unfold`` view gathers all windows of a step (each a contiguous block), with no
 clamping or index arithmetic that grows with S; scores and mask are one ``baddbmm``, the context
-one ``bmm`` over the same rows. One query row (greedy search at batch 1) takes its window as a
-slice at a Python-number centre. local-m needs no gather at all while every sentence is still
+one ``bmm`` over the same rows. The rows of one sentence (greedy or beam search at batch 1) take
+Python-number centres and one slice of its buffers, the window itself (a view) when they agree;
+there a step is fifteen-odd tiny ops, and each op and each Python line is counted (about as many
+as global attention's at S = 200). local-m needs no gather at all while every sentence is still
 longer than t (its windows are then the same slice [t, t+2D] of every entry: a strided view).
 Steps with many query rows at long S gather their windows in chunks, so a step's temporaries stay
 well below global attention's B×S scores. The memory is shareable: the K beam hypotheses of a
@@ -134,6 +136,9 @@ class LocalAttention(nn.Module):
         self.sigma = float(sigma)
         self.composition = composition
         self.score = ScoreFunction(score, query_dim, memory_dim)  # rejects "location"
+        # dot or general (h_tᵀ·keys), read at every decoding step (a submodule's attribute
+        # costs a Module.__getattr__)
+        self.score_is_dot = score in ("dot", "general")
         if mode == "local-p":
             self.W_p = nn.Linear(query_dim, query_dim, bias=False)
             self.v_p = nn.Linear(query_dim, 1, bias=False)
@@ -195,25 +200,30 @@ class LocalAttention(nn.Module):
                 "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
                 "log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
                 "offsets": self.offsets.to(bias.dtype),
-                # the first sentence's, for _decode_single
+                # the first sentence's, for _decode_sentence
                 "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0],
-                "length": int(mask[0].sum()), **self._position_weights(),
+                "keys_by_column_0": keys_pad[0].unfold(0, W, 1),  # window c: (d_k, W), a view
+                "length": int(mask[0].sum()), "length_t": mask[0].sum().float(),
+                "positions": torch.arange(-D, S + D, device=mask.device, dtype=bias.dtype),
+                **self._position_weights(),
                 # _attend_blocks: where each entry starts in the flattened buffers, slots 0, 1, ..
                 "entry_start": torch.arange(E, device=mask.device) * (S + 2 * D),
                 "block_slots": torch.arange(S + 2 * D, device=mask.device, dtype=bias.dtype)}
 
     def _position_weights(self) -> dict[str, torch.Tensor]:
-        """local-p's W_pᵀ (d, d), contiguous, and v_p (d,), for the steps of a search: one
+        """local-p's W_pᵀ (d, d), contiguous, and v_p (d, 1), for the steps of a search: one
         ``mm`` of a query row with W_pᵀ costs a third of ``F.linear``'s call at batch 1. Taken
         when the memory is prepared, as global and local `general` take W_a h̄_s then."""
         if self.mode != "local-p":
             return {}
-        # k(o − f)² = k·o² − 2k·f·o + k·f² for the offsets o and f = p_t − c: the Gaussian of a
-        # step in ops whose scalars are arguments (f, k·f²), not tensors to wrap
+        # k(o − f)² = k·o² − 2k·f·o + k·f² for the offsets o and f = p_t − c: one row's Gaussian
+        # in ops whose scalars are arguments (f, k·f²), not tensors to wrap; several rows' is
+        # k·(s − p_t)² with k a tensor (a Python number is wrapped into one at every call)
         k, o = -0.5 / self.sigma**2, self.offsets.float()
         return {"W_p_t": self.W_p.weight.detach().t().contiguous(),
-                "v_p": self.v_p.weight.detach().view(-1),
-                "gauss_o2": k * o.square(), "gauss_o": -2 * k * o, "ones": torch.ones_like(o)}
+                "v_p": self.v_p.weight.detach().view(-1, 1),
+                "gauss_o2": k * o.square(), "gauss_o": -2 * k * o, "ones": torch.ones_like(o),
+                "gauss_k": torch.tensor(k, device=o.device)}
 
     def _padded(self, memory: Memory) -> dict:
         """``_pad`` of a memory, once (``prepare`` without autograd stores it already)."""
@@ -358,8 +368,12 @@ class LocalAttention(nn.Module):
             if positions is None:
                 positions = torch.arange(T, device=query.device)
             t = int(positions) if T == 1 else None
-        if B * T == 1 and self.score.kind in ("dot", "general"):  # greedy search at batch 1
-            return self._decode_single(query, pad, t, need_weights)
+        if E == 1 and T == 1 and self.score_is_dot and (
+            B == 1 or (query.device.type == "cpu" and self.mode == "local-p")
+        ):  # greedy or beam search at batch 1 (local-m's beams: _decode_aligned)
+            one = self._decode_sentence(query, pad, t, need_weights)
+            if one is not None:
+                return one
         if t is not None and t <= pad["min_last"]:  # local-m: every window is [t − D, t + D]
             return self._decode_aligned(query, memory, pad, t, need_weights)
         rows = self._decode_rows(memory)
@@ -485,49 +499,89 @@ class LocalAttention(nn.Module):
 
     @staticmethod
     def _position_logits(x: torch.Tensor, pad: dict) -> torch.Tensor:
-        """v_pᵀ tanh(W_p h_t) (M,) of query rows x (M, d), float32."""
+        """v_pᵀ tanh(W_p h_t) (M, 1) of query rows x (M, d), float32."""
         h = torch.mm(x, pad["W_p_t"]).tanh_()  # (under autocast: in its precision)
-        return torch.mv(h, pad["v_p"].to(h.dtype)).float()
+        if h.dtype == torch.float32:  # (a no-op .to() is still a call: a batch-1 step counts them)
+            return torch.mm(h, pad["v_p"])
+        return torch.mm(h, pad["v_p"].to(h.dtype)).float()
 
-    def _decode_single(
+    def _decode_sentence(
         self, query: torch.Tensor, pad: dict, t: int | None, need_weights: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One query row of one sentence (dot or general score; greedy search at batch 1), where
-        a step is a dozen tiny ops that each cost more than their arithmetic: the centre is a
-        Python number, the window a slice of the padded buffer, the mask is applied only where
-        the window leaves the sentence, and p_t's sigmoid is taken on a Python float."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """K query rows (K, 1, d) of one sentence (dot or general score; greedy or beam search
+        at batch 1), where a step is a dozen tiny ops that each cost more than their arithmetic.
+        The centres are Python numbers and the rows read one slice of the padded buffers, from
+        their first window's row to their last's: just the window (a view of the unfolded
+        buffers) for one row, or for K hypotheses that agree, as they mostly do; when their
+        centres differ, a band mask cuts each row's window out of the slice. The mask of the
+        sentence's ends is added only where the slice leaves the sentence. Returns None when
+        the slice would read no fewer rows than K gathered windows (the caller gathers them)."""
+        K = query.size(0)
         D, W = self.window, 2 * self.window + 1
         last = pad["min_last"]  # the sentence's last position
-        x = query.view(1, -1)  # h_t; general: the keys are W_a h̄_s already
+        x = query.view(K, -1)  # h_t; general: the keys are W_a h̄_s already
+        p = None  # local-p's p_t (K, 1), float32
         if self.mode == "local-m":  # p_t = min(t, S − 1)
-            centre = min(t, last)
-        else:  # p_t = S·σ(v_pᵀ tanh(W_p h_t)), rounded to float32 as the training path's
-            logit = float(self._position_logits(x, pad))
-            p = _float32(pad["length"] * _float32(_sigmoid(logit)))
-            centre = min(int(p), last)
-        values = pad["values_0"][centre : centre + W]  # (W, d): positions c − D .. c + D
-        keys = values if pad["keys"] is None else pad["keys_0"][centre : centre + W]
-        scores = torch.mm(x, keys.t())  # (1, W)
-        if not D <= centre <= last - D:  # −inf where the window leaves the sentence
-            scores = scores.float() + pad["bias_0"][:, centre : centre + W]
-        scores = scores.float()
-        if self.mode == "local-m":
-            weights = self._window_weights(scores, pad["log_gauss_row"])  # (1, W)
-        else:  # eq. 7 and 10 with log_gauss = k(o − f)², f = p_t − c
-            f = p - centre
-            log_gauss = torch.add(pad["gauss_o2"], pad["gauss_o"], alpha=f)  # without k·f²
-            if self.composition == "inside":  # k·f² is the same in every slot: softmax drops it
+            centres = [min(t, last)] * K
+        elif K == 1:  # p_t = S·σ(v_pᵀ tanh(W_p h_t)) on Python floats, rounded as in float32
+            p_t = _float32(pad["length"] * _float32(_sigmoid(float(self._position_logits(x, pad)))))
+            centres = [min(int(p_t), last)]
+        else:  # the training path's float32 sigmoid: p_t to its last bit (the Gaussian's centre)
+            p = torch.sigmoid(self._position_logits(x, pad)).mul_(pad["length_t"])  # (K, 1)
+            centres = [min(int(p_k), last) for (p_k,) in p.tolist()]
+        lo = min(centres)
+        span = max(centres) - lo + W
+        if span >= K * W and K > 1:
+            return None
+        if span == W:  # one window: views of the unfolded buffers (one op each)
+            values = pad["values"][lo]  # (W, d): positions lo − D .. lo + D
+            keys = pad["keys_by_column_0"][lo]  # (d_k, W)
+        else:
+            values = pad["values_0"][lo : lo + span]  # (span, d): positions lo − D ..
+            keys = (values if pad["keys"] is None else pad["keys_0"][lo : lo + span]).t()
+        bias = None if D <= lo and lo + span <= last + D + 1 else pad["bias_0"][:, lo : lo + span]
+        if span > W:  # −inf outside each row's window
+            band = self._band(pad, span).index_select(0, torch.tensor(centres).sub_(lo))
+            bias = band if bias is None else band.add_(bias)
+        scores = torch.mm(x, keys) if bias is None else torch.addmm(bias, x, keys)  # (K, span)
+        if scores.dtype != torch.float32:
+            scores = scores.float()
+        if self.mode == "local-m":  # one centre: the window's Gaussian, if any, is a constant
+            weights = self._window_weights(scores, pad["log_gauss_row"])
+        else:  # eq. 10: log_gauss = k(s − p_t)² for the slice's positions s, k = −1/2σ²
+            if p is None:  # one row: k(o − f)² = k·o² − 2k·f·o + k·f², f = p_t − c
+                f = p_t - lo
+                log_gauss = torch.add(pad["gauss_o2"], pad["gauss_o"], alpha=f)
+                if self.composition == "paper":  # (inside, softmax drops the constant k·f²)
+                    log_gauss.add_(pad["ones"], alpha=-0.5 / self.sigma**2 * f * f)
+            else:
+                distance = pad["positions"][lo : lo + span] - p
+                log_gauss = distance.square_().mul_(pad["gauss_k"])
+            if self.composition == "inside":
                 weights = torch.softmax(scores.add_(log_gauss), dim=-1)
             else:
-                gauss = log_gauss.add_(pad["ones"], alpha=-0.5 / self.sigma**2 * f * f).exp_()
-                weights = torch.softmax(scores, dim=-1).mul_(gauss)
-        context = torch.mm(weights.to(values.dtype), values).view(1, 1, -1)
+                weights = torch.softmax(scores, dim=-1).mul_(log_gauss.exp_())
+        if weights.dtype != values.dtype:
+            weights = weights.to(values.dtype)
+        context = torch.mm(weights, values).view(K, 1, -1)
         if not need_weights:
             return context, None
         S = pad["values_pad"].size(1) - 2 * D
-        dense = weights.new_zeros(1, S + 2 * D)
-        dense.narrow(1, centre, W).copy_(weights)
-        return context, dense.narrow(1, D, S).reshape(1, 1, S)
+        dense = weights.new_zeros(K, S + 2 * D)
+        dense.narrow(1, lo, span).copy_(weights)
+        return context, dense.narrow(1, D, S).reshape(K, 1, S)
+
+    def _band(self, pad: dict, span: int) -> torch.Tensor:
+        """(R, span), R ≥ span − 2D: row i is 0 on columns i .. i + 2D and −inf elsewhere (the
+        window of a centre i rows past a slice's first centre), built once per memory."""
+        band = pad.get("band")
+        if band is None or band.size(1) < span:
+            rows = torch.arange(span, device=pad["bias_0"].device).view(-1, 1)
+            columns = torch.arange(span, device=rows.device)
+            outside = (columns < rows) | (columns > rows + 2 * self.window)
+            band = pad["band"] = torch.zeros(span, span, device=rows.device).masked_fill_(
+                outside, float("-inf"))
+        return band[:, :span]
 
     def _decode_aligned(
         self, query: torch.Tensor, memory: Memory, pad: dict, t: int, need_weights: bool
@@ -557,7 +611,7 @@ class LocalAttention(nn.Module):
         """score(h_t, h̄_s) + mask bias (float32) for N groups of k query rows sharing a window:
         score_query (N, k, d), keys (N, d_k, W) (a window's keys as columns), bias (N, 1, W)
         -> (N, k, W)."""
-        if self.score.kind in ("dot", "general"):
+        if self.score_is_dot:
             if score_query.dtype == bias.dtype and not torch.is_autocast_enabled(bias.device.type):
                 return torch.baddbmm(bias, score_query, keys)  # one op: scores and mask
             return torch.bmm(score_query, keys).float() + bias
