@@ -4,7 +4,8 @@ A step loop multiplies small row blocks (a batch of 64 rows in training, 5 × 64
 search) by the same weight matrix at every step. A plain ``addmm`` re-lays the weight out for its
 kernel on every call; oneDNN can do that once (``torch.ops.mkldnn._reorder_linear_weight``) and
 reuse the packed copy for every step (``torch.ops.mkldnn._linear_pointwise``), which on an AVX2
-CPU is 10–40 % faster at these shapes. Where oneDNN is missing (other builds, float64, GPUs)
+CPU is 10–40 % faster at these shapes. Small products (one or two rows: greedy search at batch
+1; or few multiply-adds) skip it: its call costs more than their arithmetic. Where oneDNN is missing (other builds, float64, GPUs)
 ``pack`` returns the plain weight and ``linear`` falls back to ``F.linear``: same results up to
 float rounding.
 
@@ -147,10 +148,25 @@ def _linear_int8(x: torch.Tensor, w: Packed, bias: torch.Tensor | None) -> torch
     return y.view(*x.shape[:-1], y.size(-1))
 
 
+# products of at most this many multiply-adds, or of one or two rows, skip oneDNN: its call
+# costs ~20 µs whatever the size (a greedy search step at batch 1 makes four of them), a plain
+# product of the same one row 1.1-3x less; measured on an AVX-512 Xeon, 1 thread (H = 256:
+# [W_ih | W_hh] 1.5x, W_c 2x, an 8,000-word W_s 1.2x per row; from 5 rows on, oneDNN is ahead
+# for the large weights)
+SMALL_PRODUCT = 1 << 20
+
+
+def _small(x: torch.Tensor, w: Packed) -> bool:
+    rows = x.numel() // x.size(-1)
+    return rows <= 2 or x.numel() * w.weight.size(0) <= SMALL_PRODUCT
+
+
 def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x Wᵀ + b for x (..., in); no autograd (the packed copy is not a parameter)."""
     if w.int8 is not None:
         return _linear_int8(x, w, bias)
+    if w.packed is not None and w.packed.dtype == torch.float32 and _small(x, w):
+        return F.linear(x, w.weight, bias)
     if w.packed is not None and w.packed.dtype == torch.bfloat16 and x.dtype == torch.float32:
         # the bias joins the product (oneDNN adds it to the float32 sums before the one rounding
         # of the result): adding it afterwards in float32 was a whole extra pass over the output,
@@ -164,6 +180,8 @@ def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torc
 
 def linear_add(x: torch.Tensor, w: Packed, other: torch.Tensor) -> torch.Tensor:
     """x Wᵀ + other, with ``other`` of the result's shape (oneDNN adds it in the same pass)."""
+    if x.dim() == 2 and (w.packed is None or w.packed.dtype == torch.float32) and _small(x, w):
+        return torch.addmm(other, x, w.weight.t())
     if w.packed is not None and w.packed.dtype == torch.bfloat16:
         return linear(x, w).add_(other)  # the sum in float32
     if w.packed is not None and x.dtype == torch.float32:

@@ -1,0 +1,46 @@
+"""models/packed.py: float32 products through oneDNN's packed weights, or a plain product for
+small ones (one or two rows, or few multiply-adds); the same function either way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnmt.models import packed
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 64])
+@pytest.mark.parametrize("shape", [(24, 16), (1100, 1000)])  # below and above SMALL_PRODUCT
+def test_linear_and_linear_add_equal_the_plain_product(rows, shape):
+    g = torch.Generator().manual_seed(rows)
+    out_dim, in_dim = shape
+    weight = torch.randn(out_dim, in_dim, generator=g)
+    bias = torch.randn(out_dim, generator=g)
+    x = torch.randn(rows, in_dim, generator=g)
+    other = torch.randn(rows, out_dim, generator=g)
+    w = packed.pack(weight, 320)
+    torch.testing.assert_close(packed.linear(x, w, bias), F.linear(x, weight, bias),
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(packed.linear(x, w), x @ weight.t(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(packed.linear_add(x, w, other), x @ weight.t() + other,
+                               rtol=1e-4, atol=1e-4)
+    x3 = x.view(rows, 1, in_dim)  # the attentional layer's (B, 1, ·) input
+    torch.testing.assert_close(packed.linear(x3, w, bias), F.linear(x3, weight, bias),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_small_products_skip_onednn(monkeypatch):
+    """One row (a greedy search step at batch 1) or a few multiply-adds take the plain product,
+    many rows of a large weight the packed one (when oneDNN is there)."""
+    calls = []
+    linear = F.linear
+    monkeypatch.setattr(F, "linear", lambda *a: calls.append(a[0].shape) or linear(*a))
+    big = packed.pack(torch.randn(1100, 1000), 320)
+    small = packed.pack(torch.randn(24, 16), 320)
+    packed.linear(torch.randn(1, 1000), big)
+    packed.linear(torch.randn(2, 1000), big)
+    packed.linear(torch.randn(40, 16), small)
+    assert calls == [(1, 1000), (2, 1000), (40, 16)]
+    packed.linear(torch.randn(64, 1000), big)
+    assert len(calls) == (3 if big.packed is not None else 4)
