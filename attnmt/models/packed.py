@@ -4,10 +4,10 @@ A step loop multiplies small row blocks (a batch of 64 rows in training, 5 × 64
 search) by the same weight matrix at every step. A plain ``addmm`` re-lays the weight out for its
 kernel on every call; oneDNN can do that once (``torch.ops.mkldnn._reorder_linear_weight``) and
 reuse the packed copy for every step (``torch.ops.mkldnn._linear_pointwise``), which on an AVX2
-CPU is 10–40 % faster at these shapes. Small products (one or two rows: greedy search at batch
-1; or few multiply-adds) skip it: its call costs more than their arithmetic. Where oneDNN is missing (other builds, float64, GPUs)
-``pack`` returns the plain weight and ``linear`` falls back to ``F.linear``: same results up to
-float rounding.
+CPU is 10–40 % faster at these shapes. Small products (one or two rows, as in greedy search at
+batch 1, or few multiply-adds) skip it: its call costs more than their arithmetic. Where oneDNN
+is missing (other builds, float64, GPUs) ``pack`` returns the plain weight and ``linear`` falls
+back to ``F.linear``: same results up to float rounding.
 
 ``pack_int8`` / ``linear`` with an int8 weight: the product in 8-bit integers (oneDNN's
 quantised linear, the kernel torch's x86 quantisation lowers to), for the search's output layer
