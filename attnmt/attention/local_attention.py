@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -194,7 +195,7 @@ class LocalAttention(nn.Module):
         # numbers (a gather copies each window in one piece)
         unfold = lambda x, d: x.view(-1, d).unfold(0, W, 1).transpose(1, 2)
         gauss = (self.offsets.square() * (-0.5 / self.sigma**2)).view(1, 1, W)  # local-m's
-        return {"values_pad": values_pad, "keys_pad": keys_pad, "bias_pad": bias,
+        tables = {"values_pad": values_pad, "keys_pad": keys_pad, "bias_pad": bias,
                 "values": unfold(values_pad, values.size(-1)),
                 "keys": unfold(keys_pad, keys.size(-1)) if keys is not values else None,
                 "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
@@ -209,6 +210,9 @@ class LocalAttention(nn.Module):
                 # _attend_blocks: where each entry starts in the flattened buffers, slots 0, 1, ..
                 "entry_start": torch.arange(E, device=mask.device) * (S + 2 * D),
                 "block_slots": torch.arange(S + 2 * D, device=mask.device, dtype=bias.dtype)}
+        one_row = E == 1 and self.mode == "local-p" and self.score_is_dot
+        tables["one_row"] = self._one_row_step(tables) if one_row else None
+        return tables
 
     def _position_weights(self) -> dict[str, torch.Tensor]:
         """local-p's W_pᵀ (d, d), contiguous, and v_p (d, 1), for the steps of a search: one
@@ -360,9 +364,11 @@ class LocalAttention(nn.Module):
         need_weights: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``forward`` without autograd, over the padded buffers of ``_pad``: the same function."""
-        B, T, _ = query.shape
-        E, S = memory.mask.shape
         pad = self._padded(memory)
+        B, T, _ = query.shape
+        if B == T == 1 and pad["one_row"] is not None:  # local-p's greedy search at batch 1
+            return pad["one_row"](query, need_weights)
+        E, S = memory.mask.shape
         t = None
         if self.mode == "local-m":
             if positions is None:
@@ -520,12 +526,8 @@ class LocalAttention(nn.Module):
         D, W = self.window, 2 * self.window + 1
         last = pad["min_last"]  # the sentence's last position
         x = query.view(K, -1)  # h_t; general: the keys are W_a h̄_s already
-        p = None  # local-p's p_t (K, 1), float32
         if self.mode == "local-m":  # p_t = min(t, S − 1)
             centres = [min(t, last)] * K
-        elif K == 1:  # p_t = S·σ(v_pᵀ tanh(W_p h_t)) on Python floats, rounded as in float32
-            p_t = _float32(pad["length"] * _float32(_sigmoid(float(self._position_logits(x, pad)))))
-            centres = [min(int(p_t), last)]
         else:  # the training path's float32 sigmoid: p_t to its last bit (the Gaussian's centre)
             p = torch.sigmoid(self._position_logits(x, pad)).mul_(pad["length_t"])  # (K, 1)
             centres = [min(int(p_k), last) for (p_k,) in p.tolist()]
@@ -549,14 +551,8 @@ class LocalAttention(nn.Module):
         if self.mode == "local-m":  # one centre: the window's Gaussian, if any, is a constant
             weights = self._window_weights(scores, pad["log_gauss_row"])
         else:  # eq. 10: log_gauss = k(s − p_t)² for the slice's positions s, k = −1/2σ²
-            if p is None:  # one row: k(o − f)² = k·o² − 2k·f·o + k·f², f = p_t − c
-                f = p_t - lo
-                log_gauss = torch.add(pad["gauss_o2"], pad["gauss_o"], alpha=f)
-                if self.composition == "paper":  # (inside, softmax drops the constant k·f²)
-                    log_gauss.add_(pad["ones"], alpha=-0.5 / self.sigma**2 * f * f)
-            else:
-                distance = pad["positions"][lo : lo + span] - p
-                log_gauss = distance.square_().mul_(pad["gauss_k"])
+            distance = pad["positions"][lo : lo + span] - p
+            log_gauss = distance.square_().mul_(pad["gauss_k"])
             if self.composition == "inside":
                 weights = torch.softmax(scores.add_(log_gauss), dim=-1)
             else:
@@ -570,6 +566,48 @@ class LocalAttention(nn.Module):
         dense = weights.new_zeros(K, S + 2 * D)
         dense.narrow(1, lo, span).copy_(weights)
         return context, dense.narrow(1, D, S).reshape(K, 1, S)
+
+    def _one_row_step(self, pad: dict) -> Callable:
+        """local-p's step for one query row of one sentence (greedy search at batch 1), with a dot
+        product score: ``step(query (1, 1, d), need_weights)`` -> the context (1, 1, d) and the
+        weights (1, 1, S) or None. A step there is fifteen tiny ops, each costing more than its
+        arithmetic, and the Python between them is as much again, so the closure holds what it
+        reads as locals. p_t's sigmoid is taken on Python floats (rounded as in float32), the
+        window is a view of the unfolded buffers at that centre, the mask of the sentence's ends
+        is added only where the window leaves it, and the Gaussian k(o − f)², f = p_t − c, is
+        k·o² − 2k·f·o + k·f² in ops whose scalars are arguments (see _position_weights)."""
+        D, W, k = self.window, 2 * self.window + 1, -0.5 / self.sigma**2
+        W_p_t, v_p, length, last = pad["W_p_t"], pad["v_p"], pad["length"], pad["min_last"]
+        o2, o, ones, bias = pad["gauss_o2"], pad["gauss_o"], pad["ones"], pad["bias_0"]
+        values, keys = pad["values"], pad["keys_by_column_0"]  # window c: (W, d), (d_k, W)
+        paper, dtype = self.composition == "paper", values.dtype
+        S = pad["values_pad"].size(1) - 2 * D
+        mm, add, softmax = torch.mm, torch.add, torch.softmax
+
+        def step(query: torch.Tensor, need_weights: bool):
+            x = query.view(1, -1)  # h_t (general: the keys are W_a h̄_s already)
+            logit = float(mm(mm(x, W_p_t).tanh_(), v_p))  # v_pᵀ tanh(W_p h_t)
+            p = _float32(length * _float32(_sigmoid(logit)))  # p_t = S·σ(·)
+            c = min(int(p), last)
+            f = p - c
+            scores = mm(x, keys[c])  # (1, W): positions c − D .. c + D
+            if not D <= c <= last - D:  # −inf where the window leaves the sentence
+                scores = scores.float().add_(bias[:, c : c + W])
+            if paper:  # eq. 7 and 10
+                gauss = add(o2, o, alpha=f).add_(ones, alpha=k * f * f).exp_()
+                weights = softmax(scores, -1).mul_(gauss)
+            else:  # k·f² is the same in every slot: softmax drops it
+                weights = softmax(scores.add_(add(o2, o, alpha=f)), -1)
+            if weights.dtype != dtype:
+                weights = weights.to(dtype)
+            context = mm(weights, values[c]).view(1, 1, -1)
+            if not need_weights:
+                return context, None
+            dense = weights.new_zeros(1, S + 2 * D)
+            dense.narrow(1, c, W).copy_(weights)
+            return context, dense.narrow(1, D, S).reshape(1, 1, S)
+
+        return step
 
     def _band(self, pad: dict, span: int) -> torch.Tensor:
         """(R, span), R ≥ span − 2D: row i is 0 on columns i .. i + 2D and −inf elsewhere (the
