@@ -1,11 +1,12 @@
-"""The speed paths of the LSTM model compute what the plain ones do: global attention's per-step
-function (memory gradient summed once) gives the plain gradients; the decoder's cached step
+"""The speed paths of the LSTM model compute what the plain ones do: global and local attention's
+per-step functions (memory gradient summed once) give the plain gradients; the decoder's cached step
 weights follow weight updates; beam search drops finished sentences without changing results."""
 
 import torch
 import torch.nn.functional as F
 
 from attnmt.attention.global_attention import GlobalAttention
+from attnmt.attention.local_attention import LocalAttention
 from attnmt.config import ModelConfig
 from attnmt.data.batching import collate
 from attnmt.decode.search import beam_search
@@ -19,9 +20,9 @@ def _batch(seed=1, src_vocab=30, tgt_vocab=25):
     return collate(src, tgt, list(range(4)))
 
 
-def _grads(model, batch, need_weights, use_steps, monkeypatch):
+def _grads(model, batch, need_weights, use_steps, monkeypatch, attention=GlobalAttention):
     if not use_steps:  # the decoder then calls the attention module once per step
-        monkeypatch.delattr(GlobalAttention, "steps")
+        monkeypatch.delattr(attention, "steps")
     model.zero_grad()
     logits, weights = model(batch.src, batch.src_lengths, batch.tgt_in, need_weights=need_weights)
     loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=0)
@@ -41,6 +42,25 @@ def test_step_attention_gradients_equal_plain_ones(monkeypatch):
             batch = _batch()
             logits_a, plain = _grads(model, batch, need_weights, False, monkeypatch)
             logits_b, fast = _grads(model, batch, need_weights, True, monkeypatch)
+            assert torch.equal(logits_a, logits_b)
+            for name in plain:
+                torch.testing.assert_close(fast[name], plain[name], rtol=1e-10, atol=1e-12)
+            assert fast["encoder.embedding.weight"].abs().sum() > 0  # reached the memory
+
+
+def test_local_step_attention_gradients_equal_plain_ones(monkeypatch):
+    """local-m and local-p, both compositions, windows running past the ends of sentences of
+    lengths 7, 3, 9, 5: the memory's gradient scattered once for all steps is the plain one."""
+    for attention, composition, score in [("local-p", "paper", "general"), ("local-p", "inside", "dot"),
+                                          ("local-m", "paper", "dot")]:
+        for need_weights in (False, True):
+            torch.manual_seed(0)
+            cfg = ModelConfig(layers=2, hidden=16, embed=8, attention=attention, score=score,
+                              window=2, local_composition=composition, dropout=0.0)
+            model = Seq2Seq(cfg, 30, 25, init_uniform=0.3).double()
+            batch = _batch()
+            logits_a, plain = _grads(model, batch, need_weights, False, monkeypatch, LocalAttention)
+            logits_b, fast = _grads(model, batch, need_weights, True, monkeypatch, LocalAttention)
             assert torch.equal(logits_a, logits_b)
             for name in plain:
                 torch.testing.assert_close(fast[name], plain[name], rtol=1e-10, atol=1e-12)

@@ -317,6 +317,38 @@ class LocalAttention(nn.Module):
         # E = B / memory.rows memory entries (beam hypotheses share their sentence's).
         if not torch.is_grad_enabled():
             return self._decode(query, memory, positions, need_weights)
+        return self._train(query, memory, positions, need_weights)
+
+    def steps(self, memory: Memory) -> Callable:
+        """``attend(query, positions, need_weights)``, equal to ``self(query, memory, positions,
+        need_weights)``, for a loop of one-step queries (B, 1, d) over the same memory, each step's
+        query depending on the previous step's output (the input-feeding decoder).
+
+        With autograd on and a dot/general score, the memory's gradient is formed once for all
+        steps: each step's backward leaves its windows' pieces (window_products._table_grad) and
+        the first step's, which runs last (every later step depends on its output), scatters
+        them all into one (E·S, d) tensor. Per step it would be a zeroed (E·S, d) tensor per
+        product, written and added up by autograd T times."""
+        if not (self.score_is_dot and torch.is_grad_enabled()
+                and (memory.keys.requires_grad or memory.values.requires_grad)):
+            return lambda query, positions=None, need_weights=True: self(
+                query, memory, positions, need_weights)
+        pieces: dict[str, list] = {"scores": [], "context": []}
+        calls = [0]
+
+        def attend(query, positions=None, need_weights=True):
+            calls[0] += 1
+            first = calls[0] == 1
+            steps = {k: (v, first) for k, v in pieces.items()}
+            return self._train(query, memory, positions, need_weights, steps)
+
+        return attend
+
+    def _train(
+        self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None,
+        need_weights: bool, steps: dict | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward`` with autograd; ``steps``: see ``steps``."""
         B, T, _ = query.shape
         E, S = memory.mask.shape
         tables = self._window_tables(memory)
@@ -334,7 +366,8 @@ class LocalAttention(nn.Module):
 
         if self.score.kind in ("dot", "general"):
             keys = memory.keys.reshape(E * S, -1)
-            scores = WindowDot.apply(score_query.reshape(B * T, -1), keys, rows)
+            scores = WindowDot.apply(score_query.reshape(B * T, -1), keys, rows,
+                                     steps and steps["scores"])
         else:  # concat: the tanh window tensor is needed for backward anyway
             keys = gather_windows(memory.keys.reshape(E * S, -1), rows)  # (B·T, W, d_k)
             scores = self.score(query, keys.view(B, T, *keys.shape[1:]))
@@ -348,8 +381,8 @@ class LocalAttention(nn.Module):
         if self.gaussian and self.composition == "paper":
             weights = weights * log_gauss.exp()  # eq. 10
 
-        a = weights.to(values.dtype).view(B * T, -1)
-        context = WindowSum.apply(a, values, rows).view(B, T, -1)  # c_t = Σ_s a_t(s) h̄_s
+        a = weights.to(values.dtype).view(B * T, -1)  # c_t = Σ_s a_t(s) h̄_s:
+        context = WindowSum.apply(a, values, rows, steps and steps["context"]).view(B, T, -1)
         if not need_weights:
             return context, None
         # back to absolute source positions; add (not overwrite): clamped slots repeat an index,

@@ -53,37 +53,58 @@ def window_scatter(a: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, N: int)
     return out
 
 
+def _table_grad(ctx, weights, x, rows, N):
+    """The table's gradient window_scatter(weights, x, rows, N), or with ``ctx.steps`` (a list
+    shared by the steps of a loop, and whether this is its first step) the steps' pieces: a
+    later step leaves its piece and returns None, the first step (whose backward runs last, see
+    LocalAttention.steps) scatters them all at once, into one (N, d) tensor instead of one
+    per step that autograd then adds up."""
+    if ctx.steps is None:
+        return window_scatter(weights, x, rows, N)
+    pieces, first = ctx.steps
+    pieces.append((weights, x, rows))
+    if not first:
+        return None
+    weights, x, rows = (torch.cat(part) for part in zip(*pieces))
+    pieces.clear()
+    return window_scatter(weights, x, rows, N)
+
+
 class WindowDot(torch.autograd.Function):
-    """window_dot with a backward that re-gathers the windows instead of saving them."""
+    """window_dot with a backward that re-gathers the windows instead of saving them.
+    ``steps``: see _table_grad."""
 
     @staticmethod
-    def forward(ctx, x, table, rows):
+    def forward(ctx, x, table, rows, steps=None):
         ctx.save_for_backward(x, table, rows)  # x is small, table is the memory itself
+        ctx.steps = steps
         return window_dot(x, table, rows)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         x, table, rows = ctx.saved_tensors
-        need_x, need_table, _ = ctx.needs_input_grad
+        need_x, need_table = ctx.needs_input_grad[:2]
         grad_x = window_sum(grad, table, rows).to(x.dtype) if need_x else None
-        grad_table = window_scatter(grad, x, rows, table.size(0)) if need_table else None
-        return grad_x, grad_table, None
+        grad_table = _table_grad(ctx, grad, x, rows, table.size(0)) if need_table else None
+        return grad_x, grad_table, None, None
 
 
 class WindowSum(torch.autograd.Function):
-    """window_sum with a backward that re-gathers the windows instead of saving them."""
+    """window_sum with a backward that re-gathers the windows instead of saving them.
+    ``steps``: see _table_grad."""
 
     @staticmethod
-    def forward(ctx, a, table, rows):
+    def forward(ctx, a, table, rows, steps=None):
         ctx.save_for_backward(a, table, rows)
+        ctx.steps = steps
         return window_sum(a, table, rows)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         a, table, rows = ctx.saved_tensors
-        need_a, need_table, _ = ctx.needs_input_grad
+        need_a, need_table = ctx.needs_input_grad[:2]
         grad_a = window_dot(grad.to(table.dtype), table, rows).to(a.dtype) if need_a else None
-        grad_table = window_scatter(a, grad, rows, table.size(0)) if need_table else None
-        return grad_a, grad_table, None
+        grad_table = _table_grad(ctx, a, grad, rows, table.size(0)) if need_table else None
+        return grad_a, grad_table, None, None
