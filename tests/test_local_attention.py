@@ -146,10 +146,13 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
         if mode == "local-p":  # p_t spread over the sentence when the queries are
             att.v_p.weight.mul_(8)
     monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
-    taken = []  # one sentence's local-p rows: _decode_sentence's slice; else _attend_blocks
-    method = "_decode_sentence" if E == 1 and mode == "local-p" else "_attend_blocks"
-    blocks = getattr(LocalAttention, method)
-    monkeypatch.setattr(LocalAttention, method, lambda *a: taken.append(blocks(*a)) or taken[-1])
+    taken = []  # one sentence's local-p rows: _sentence_step's slice; else _attend_blocks
+    record = lambda fn: lambda *a: taken.append(fn(*a)) or taken[-1]
+    if E == 1 and mode == "local-p":
+        build = LocalAttention._sentence_step
+        monkeypatch.setattr(LocalAttention, "_sentence_step", lambda *a: record(build(*a)))
+    else:
+        monkeypatch.setattr(LocalAttention, "_attend_blocks", record(LocalAttention._attend_blocks))
     for t in (12, 45):
         positions = torch.tensor([t])
         with torch.enable_grad():
@@ -224,7 +227,7 @@ def test_one_sentence_beam_rows_read_one_slice(composition, targets):
         memory = att.prepare(values, mask).repeat_rows(k)
         got, dense = att(query, memory, positions)
         alone, _ = att(query, memory, positions, need_weights=False)
-        sliced = att._decode_sentence(query, att._padded(memory), None, False)
+        sliced = att._padded(memory)["sentence_step"](query, False)
     assert (sliced is None) == (max(targets) - min(targets) > 20)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(alone, got)

@@ -201,7 +201,7 @@ class LocalAttention(nn.Module):
                 "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
                 "log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
                 "offsets": self.offsets.to(bias.dtype),
-                # the first sentence's, for _decode_sentence
+                # the first sentence's, for _decode_single and _sentence_step
                 "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0],
                 "keys_by_column_0": keys_pad[0].unfold(0, W, 1),  # window c: (d_k, W), a view
                 "length": int(mask[0].sum()), "length_t": mask[0].sum().float(),
@@ -210,8 +210,8 @@ class LocalAttention(nn.Module):
                 # _attend_blocks: where each entry starts in the flattened buffers, slots 0, 1, ..
                 "entry_start": torch.arange(E, device=mask.device) * (S + 2 * D),
                 "block_slots": torch.arange(S + 2 * D, device=mask.device, dtype=bias.dtype)}
-        one_row = E == 1 and self.mode == "local-p" and self.score_is_dot
-        tables["one_row"] = self._one_row_step(tables) if one_row else None
+        one = E == 1 and self.mode == "local-p" and self.score_is_dot
+        tables["sentence_step"] = self._sentence_step(tables) if one else None
         return tables
 
     def _position_weights(self) -> dict[str, torch.Tensor]:
@@ -399,20 +399,19 @@ class LocalAttention(nn.Module):
         """``forward`` without autograd, over the padded buffers of ``_pad``: the same function."""
         pad = self._padded(memory)
         B, T, _ = query.shape
-        if B == T == 1 and pad["one_row"] is not None:  # local-p's greedy search at batch 1
-            return pad["one_row"](query, need_weights)
+        step = pad["sentence_step"]  # local-p, one sentence: greedy or beam search at batch 1
+        if step is not None and T == 1 and (B == 1 or query.device.type == "cpu"):
+            out = step(query, need_weights)
+            if out is not None:
+                return out
         E, S = memory.mask.shape
         t = None
         if self.mode == "local-m":
             if positions is None:
                 positions = torch.arange(T, device=query.device)
             t = int(positions) if T == 1 else None
-        if E == 1 and T == 1 and self.score_is_dot and (
-            B == 1 or (query.device.type == "cpu" and self.mode == "local-p")
-        ):  # greedy or beam search at batch 1 (local-m's beams: _decode_aligned)
-            one = self._decode_sentence(query, pad, t, need_weights)
-            if one is not None:
-                return one
+        if B * T == 1 and E == 1 and self.score_is_dot and t is not None:  # local-m, greedy
+            return self._decode_single(query, pad, t, need_weights)
         if t is not None and t <= pad["min_last"]:  # local-m: every window is [t − D, t + D]
             return self._decode_aligned(query, memory, pad, t, need_weights)
         rows = self._decode_rows(memory)
@@ -544,101 +543,107 @@ class LocalAttention(nn.Module):
             return torch.mm(h, pad["v_p"])
         return torch.mm(h, pad["v_p"].to(h.dtype)).float()
 
-    def _decode_sentence(
-        self, query: torch.Tensor, pad: dict, t: int | None, need_weights: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """K query rows (K, 1, d) of one sentence (dot or general score; greedy or beam search
-        at batch 1), where a step is a dozen tiny ops that each cost more than their arithmetic.
-        The centres are Python numbers and the rows read one slice of the padded buffers, from
-        their first window's row to their last's: just the window (a view of the unfolded
-        buffers) for one row, or for K hypotheses that agree, as they mostly do; when their
-        centres differ, a band mask cuts each row's window out of the slice. The mask of the
-        sentence's ends is added only where the slice leaves the sentence. Returns None when
-        the slice would read no fewer rows than K gathered windows (the caller gathers them)."""
-        K = query.size(0)
+    def _decode_single(
+        self, query: torch.Tensor, pad: dict, t: int, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """local-m's one query row of one sentence (dot or general score; greedy search at batch
+        1): the window at min(t, S − 1), a view of the unfolded buffers; the mask of the
+        sentence's ends is added only where the window leaves it."""
         D, W = self.window, 2 * self.window + 1
         last = pad["min_last"]  # the sentence's last position
-        x = query.view(K, -1)  # h_t; general: the keys are W_a h̄_s already
-        if self.mode == "local-m":  # p_t = min(t, S − 1)
-            centres = [min(t, last)] * K
-        else:  # the training path's float32 sigmoid: p_t to its last bit (the Gaussian's centre)
-            p = torch.sigmoid(self._position_logits(x, pad)).mul_(pad["length_t"])  # (K, 1)
-            centres = [min(int(p_k), last) for (p_k,) in p.tolist()]
-        lo = min(centres)
-        span = max(centres) - lo + W
-        if span >= K * W and K > 1:
-            return None
-        if span == W:  # one window: views of the unfolded buffers (one op each)
-            values = pad["values"][lo]  # (W, d): positions lo − D .. lo + D
-            keys = pad["keys_by_column_0"][lo]  # (d_k, W)
-        else:
-            values = pad["values_0"][lo : lo + span]  # (span, d): positions lo − D ..
-            keys = (values if pad["keys"] is None else pad["keys_0"][lo : lo + span]).t()
-        bias = None if D <= lo and lo + span <= last + D + 1 else pad["bias_0"][:, lo : lo + span]
-        if span > W:  # −inf outside each row's window
-            band = self._band(pad, span).index_select(0, torch.tensor(centres).sub_(lo))
-            bias = band if bias is None else band.add_(bias)
-        scores = torch.mm(x, keys) if bias is None else torch.addmm(bias, x, keys)  # (K, span)
+        c = min(t, last)
+        scores = torch.mm(query.view(1, -1), pad["keys_by_column_0"][c])  # (1, W)
         if scores.dtype != torch.float32:
             scores = scores.float()
-        if self.mode == "local-m":  # one centre: the window's Gaussian, if any, is a constant
-            weights = self._window_weights(scores, pad["log_gauss_row"])
-        else:  # eq. 10: log_gauss = k(s − p_t)² for the slice's positions s, k = −1/2σ²
-            distance = pad["positions"][lo : lo + span] - p
-            log_gauss = distance.square_().mul_(pad["gauss_k"])
-            if self.composition == "inside":
-                weights = torch.softmax(scores.add_(log_gauss), dim=-1)
-            else:
-                weights = torch.softmax(scores, dim=-1).mul_(log_gauss.exp_())
-        if weights.dtype != values.dtype:
-            weights = weights.to(values.dtype)
-        context = torch.mm(weights, values).view(K, 1, -1)
+        if not D <= c <= last - D:  # −inf where the window leaves the sentence
+            scores = scores + pad["bias_0"][:, c : c + W]
+        values = pad["values"][c]  # (W, d): positions c − D .. c + D
+        weights = self._window_weights(scores, pad["log_gauss_row"])  # a constant Gaussian, if any
+        context = torch.mm(weights.to(values.dtype), values).view(1, 1, -1)
         if not need_weights:
             return context, None
         S = pad["values_pad"].size(1) - 2 * D
-        dense = weights.new_zeros(K, S + 2 * D)
-        dense.narrow(1, lo, span).copy_(weights)
-        return context, dense.narrow(1, D, S).reshape(K, 1, S)
+        dense = weights.new_zeros(1, S + 2 * D)
+        dense.narrow(1, c, W).copy_(weights)
+        return context, dense.narrow(1, D, S).reshape(1, 1, S)
 
-    def _one_row_step(self, pad: dict) -> Callable:
-        """local-p's step for one query row of one sentence (greedy search at batch 1), with a dot
-        product score: ``step(query (1, 1, d), need_weights)`` -> the context (1, 1, d) and the
-        weights (1, 1, S) or None. A step there is fifteen tiny ops, each costing more than its
-        arithmetic, and the Python between them is as much again, so the closure holds what it
-        reads as locals. p_t's sigmoid is taken on Python floats (rounded as in float32), the
-        window is a view of the unfolded buffers at that centre, the mask of the sentence's ends
-        is added only where the window leaves it, and the Gaussian k(o − f)², f = p_t − c, is
-        k·o² − 2k·f·o + k·f² in ops whose scalars are arguments (see _position_weights)."""
+    def _sentence_step(self, pad: dict) -> Callable:
+        """local-p's step for the K query rows of one sentence (greedy or beam search at batch 1),
+        with a dot product score: ``step(query (K, 1, d), need_weights)`` -> the context (K, 1, d)
+        and the weights (K, 1, S) or None; or None when the rows' windows are so far apart that
+        one slice would read no fewer rows than K gathered windows (the caller gathers them).
+
+        A step there is fifteen to twenty tiny ops, each costing more than its arithmetic, and
+        the Python between them is as much again, so the closure holds what it reads as locals.
+        The centres are Python numbers, and the rows read one slice of the padded buffers, from
+        their first window's row to their last's: the window itself (a view of the unfolded
+        buffers) for one row, or for K hypotheses that agree, as they mostly do; when their
+        centres differ, a band mask cuts each row's window out of the slice. The mask of the
+        sentence's ends is added only where the slice leaves it. One row's p_t and Gaussian are
+        taken on Python floats (rounded as float32 rounds them; the Gaussian as k·o² − 2k·f·o +
+        k·f², f = p_t − c, in ops whose scalars are arguments, see _position_weights); several
+        rows' p_t is the training path's float32 sigmoid to its last bit, their Gaussian
+        k(s − p_t)² over the slice's positions s."""
         D, W, k = self.window, 2 * self.window + 1, -0.5 / self.sigma**2
         W_p_t, v_p, length, last = pad["W_p_t"], pad["v_p"], pad["length"], pad["min_last"]
         o2, o, ones, bias = pad["gauss_o2"], pad["gauss_o"], pad["ones"], pad["bias_0"]
-        values, keys = pad["values"], pad["keys_by_column_0"]  # window c: (W, d), (d_k, W)
-        paper, dtype = self.composition == "paper", values.dtype
+        windows, keys_by_column = pad["values"], pad["keys_by_column_0"]  # (W, d), (d_k, W) at c
+        values_0, keys_0 = pad["values_0"], pad["keys_0"]  # the padded buffers (S + 2D, ·)
+        length_t, positions, k_t = pad["length_t"], pad["positions"], pad["gauss_k"]
+        paper, dtype = self.composition == "paper", windows.dtype
         S = pad["values_pad"].size(1) - 2 * D
-        mm, add, softmax = torch.mm, torch.add, torch.softmax
+        mm, add, softmax, sigmoid, float32 = (torch.mm, torch.add, torch.softmax, torch.sigmoid,
+                                              torch.float32)
+        band = self._band
 
         def step(query: torch.Tensor, need_weights: bool):
-            x = query.view(1, -1)  # h_t (general: the keys are W_a h̄_s already)
-            logit = float(mm(mm(x, W_p_t).tanh_(), v_p))  # v_pᵀ tanh(W_p h_t)
-            p = _float32(length * _float32(_sigmoid(logit)))  # p_t = S·σ(·)
-            c = min(int(p), last)
-            f = p - c
-            scores = mm(x, keys[c])  # (1, W): positions c − D .. c + D
-            if not D <= c <= last - D:  # −inf where the window leaves the sentence
-                scores = scores.float().add_(bias[:, c : c + W])
+            K = query.size(0)
+            x = query.view(K, -1)  # h_t (general: the keys are W_a h̄_s already)
+            logits = mm(mm(x, W_p_t).tanh_(), v_p)  # v_pᵀ tanh(W_p h_t): (K, 1)
+            if K == 1:  # p_t = S·σ(·)
+                p = _float32(length * _float32(_sigmoid(float(logits))))
+                lo = min(int(p), last)
+                span = W
+            else:
+                p = sigmoid(logits).mul_(length_t)  # (K, 1)
+                centres = [min(int(p_k), last) for (p_k,) in p.tolist()]
+                lo = min(centres)
+                span = max(centres) - lo + W
+                if span >= K * W:
+                    return None
+            if span == W:  # one window
+                values, keys = windows[lo], keys_by_column[lo]
+            else:
+                values, keys = values_0[lo : lo + span], keys_0[lo : lo + span].t()
+            inside = D <= lo and lo + span <= last + D + 1  # the slice, in the sentence
+            if span == W:
+                mask = None if inside else bias[:, lo : lo + W]
+            else:  # −inf outside each row's window, and outside the sentence
+                mask = band(pad, span).index_select(0, torch.tensor(centres).sub_(lo))
+                if not inside:
+                    mask.add_(bias[:, lo : lo + span])
+            scores = mm(x, keys) if mask is None else torch.addmm(mask, x, keys)  # (K, span)
+            if scores.dtype != float32:
+                scores = scores.float()
+            if K == 1:  # eq. 10 with log_gauss = k(o − f)²
+                f = p - lo
+                log_gauss = add(o2, o, alpha=f)
+                if paper:  # (inside: k·f² is the same in every slot, softmax drops it)
+                    log_gauss.add_(ones, alpha=k * f * f)
+            else:  # k(s − p_t)², slot j of the slice is position lo + j − D
+                log_gauss = (positions[lo : lo + span] - p).square_().mul_(k_t)
             if paper:  # eq. 7 and 10
-                gauss = add(o2, o, alpha=f).add_(ones, alpha=k * f * f).exp_()
-                weights = softmax(scores, -1).mul_(gauss)
-            else:  # k·f² is the same in every slot: softmax drops it
-                weights = softmax(scores.add_(add(o2, o, alpha=f)), -1)
+                weights = softmax(scores, -1).mul_(log_gauss.exp_())
+            else:
+                weights = softmax(scores.add_(log_gauss), -1)
             if weights.dtype != dtype:
                 weights = weights.to(dtype)
-            context = mm(weights, values[c]).view(1, 1, -1)
+            context = mm(weights, values).view(K, 1, -1)
             if not need_weights:
                 return context, None
-            dense = weights.new_zeros(1, S + 2 * D)
-            dense.narrow(1, c, W).copy_(weights)
-            return context, dense.narrow(1, D, S).reshape(1, 1, S)
+            dense = weights.new_zeros(K, S + 2 * D)
+            dense.narrow(1, lo, span).copy_(weights)
+            return context, dense.narrow(1, D, S).reshape(K, 1, S)
 
         return step
 
