@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from tensor_probes import LargestTensor
 
-from attnmt.attention import GlobalAttention, LocalAttention, build_attention, local_attention
+from attnmt.attention import GlobalAttention, LocalAttention, build_attention, local_decoding
 from attnmt.attention import window_products
 from attnmt.attention.window_products import WindowDot, WindowSum
 from attnmt.config import ModelConfig
@@ -99,8 +99,8 @@ def test_decoding_step_equals_the_training_path(monkeypatch, mode, sigma, compos
     ref_context, ref_dense = _training_path(att, query, values.nan_to_num(), mask, positions)
     for chunked in (False, True):
         if chunked:  # every step's windows in chunks (one row per chunk at batch 3)
-            monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 1)
-            monkeypatch.setattr(local_attention, "STEP_CHUNKS", 1000)
+            monkeypatch.setattr(local_decoding, "STEP_WINDOW_ELEMENTS", 1)
+            monkeypatch.setattr(local_decoding, "STEP_CHUNKS", 1000)
         with torch.no_grad():
             memory = att.prepare(values, mask)
             context, dense = att(query, memory, positions, need_weights=True)
@@ -145,14 +145,14 @@ def test_beam_rows_read_their_sentence_as_one_block(monkeypatch, mode, compositi
     with torch.no_grad():
         if mode == "local-p":  # p_t spread over the sentence when the queries are
             att.v_p.weight.mul_(8)
-    monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
+    monkeypatch.setattr(local_decoding, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
     taken = []  # one sentence's local-p rows: _sentence_step's slice; else _attend_blocks
     record = lambda fn: lambda *a: taken.append(fn(*a)) or taken[-1]
     if E == 1 and mode == "local-p":
-        build = LocalAttention._sentence_step
-        monkeypatch.setattr(LocalAttention, "_sentence_step", lambda *a: record(build(*a)))
+        build = local_decoding._sentence_step
+        monkeypatch.setattr(local_decoding, "_sentence_step", lambda *a: record(build(*a)))
     else:
-        monkeypatch.setattr(LocalAttention, "_attend_blocks", record(LocalAttention._attend_blocks))
+        monkeypatch.setattr(local_decoding, "_attend_blocks", record(local_decoding._attend_blocks))
     for t in (12, 45):
         positions = torch.tensor([t])
         with torch.enable_grad():
@@ -189,7 +189,7 @@ def test_beam_blocks_stay_inside_their_sentence(monkeypatch):
     query[..., 0] = torch.atanh(torch.logit(targets / S) / 20).unsqueeze(-1)
     query = query.view(E * k, 1, d)
     positions = torch.tensor([3])
-    monkeypatch.setattr(local_attention, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
+    monkeypatch.setattr(local_decoding, "STEP_WINDOW_ELEMENTS", 0)  # blocks at any size
     with torch.enable_grad():
         memory = att.prepare(values, mask).repeat_rows(k)
         want, want_dense = (x.detach() for x in att(query, memory, positions))
@@ -227,7 +227,7 @@ def test_one_sentence_beam_rows_read_one_slice(composition, targets):
         memory = att.prepare(values, mask).repeat_rows(k)
         got, dense = att(query, memory, positions)
         alone, _ = att(query, memory, positions, need_weights=False)
-        sliced = att._padded(memory)["sentence_step"](query, False)
+        sliced = local_decoding.padded(att, memory)["sentence_step"](query, False)
     assert (sliced is None) == (max(targets) - min(targets) > 20)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(alone, got)
@@ -329,7 +329,8 @@ def test_beam_rows_share_their_sentence_entry(mode, score, t):
         decoding = att.prepare(values, mask)
         shared_d = decoding.repeat_rows(K)
         assert shared_d.values.data_ptr() == decoding.values.data_ptr()
-        assert att._padded(shared_d) is att._padded(decoding)  # padded once per sentence
+        # padded once per sentence
+        assert local_decoding.padded(att, shared_d) is local_decoding.padded(att, decoding)
         for index in (None, torch.tensor([4, 5, 6, 7, 0, 1, 2, 3]), torch.tensor([5, 5, 0, 11])):
             a = shared if index is None else select_batch(shared, index)
             b = copied if index is None else select_batch(copied, index)
@@ -503,16 +504,16 @@ def test_search_with_the_decoding_path_equals_the_training_path(monkeypatch, mod
                 beam_search(model, src, lengths, beam_size=3, nbest=3, max_len_cap=14)]
 
     new = run()
-    decode = LocalAttention._decode
+    decode = local_decoding.decode
 
     def training_path(self, query, memory, positions, need_weights):
         with torch.enable_grad():
             context, weights = LocalAttention.forward(self, query, memory, positions, need_weights)
         return context.detach(), (weights.detach() if weights is not None else None)
 
-    monkeypatch.setattr(LocalAttention, "_decode", training_path)
+    monkeypatch.setattr(local_decoding, "decode", training_path)
     old = run()
-    monkeypatch.setattr(LocalAttention, "_decode", decode)
+    monkeypatch.setattr(local_decoding, "decode", decode)
     for got, want in zip(new, old):
         for hyps, ref in zip(got, want):
             assert [h.tokens for h in hyps] == [h.tokens for h in ref]
