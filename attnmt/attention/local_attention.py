@@ -26,13 +26,16 @@ Choices the paper leaves open, fixed here:
   softmax, i.e. a_t = softmax_window(score − (s − p_t)²/2σ²), a proper distribution.
 * σ = inf disables the Gaussian (with D ≥ S this is exactly global attention).
 
+Cost. Only the window's 2D+1 encoder states are read for each target step, so a block of T steps
+costs O(T·D·d) time, whatever the source length S; the full T×S score matrix is never formed.
+
 Training (autograd on): per memory (``Memory.cached``), two small tables over the source positions
 padded by D on each side give, for the window slot j of a centre, the memory row to read (clamped
 into the sentence) and an additive mask (0 inside the sentence, −inf outside). For dot and general
 the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions
-(attention/window_products.py) that gather the window rows in bounded chunks and gather them again in backward instead of keeping a
-(T, 2D+1, d) copy of the windows: training memory is O(T·(D + d)) on top of the encoder states (and
-their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
+(attention/window_products.py) that gather the window rows in bounded chunks and gather them again
+in backward instead of keeping a (T, 2D+1, d) copy of the windows: training memory is
+O(T·(D + d)) on top of the encoder states (and their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
 for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected
 copy of the source (`concat` still precomputes W' h̄_s once per sentence).
 

@@ -3,9 +3,6 @@
 Every function takes the LocalAttention module ``att`` first; local_attention.py holds the
 equations, the choices the paper leaves open and the training path, and calls this module.
 
-Cost. Only the window's 2D+1 encoder states are read for each target step, so a block of T steps
-costs O(T·D·d) time, whatever the source length S; the full T×S score matrix is never formed.
-
 Decoding (autograd off, ``decode``): a decoder step at batch 1 is a few dozen tiny ops, so their
 number matters as much as their size. ``prepare`` then stores the states zero-padded by D rows on
 each side of every sentence (and zeroed on padding), with an additive mask row (0 on real words,
