@@ -2,8 +2,9 @@
 
 A directory, a missing folder or a file where a folder should be, an output that is one of the
 command's inputs (by name, through a link, or a run's own files: config.yaml, vocabularies,
-checkpoints, log.jsonl; --dict, --ngram), an unwritable or full disk. Every case ends with exit
-status 2 and one line ``attnmt: error: ...`` naming the output, and the input is left as it was.
+checkpoints, log.jsonl; --dict, --ngram), an unwritable or full disk, a failure after the first of two
+outputs (neither is left new). Every case ends with exit status 2 and one line
+``attnmt: error: ...`` naming the output, and the input is left as it was.
 The rest of the zoo is tests/test_bad_input.py; the shared runner is tests/bad_input_zoo.py.
 """
 
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import errno
 import io
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from bad_input_zoo import GOOD_EN, assert_fails, good_files, run_copy
+from bad_input_zoo import GOOD_EN, assert_fails, good_files, run_cli, run_copy
 
 
 # -- outputs that cannot or must not be written -------------------------------------------------------------
@@ -119,6 +121,32 @@ def test_write_errors_leave_no_temporary_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_output_group_renames_all_or_none(tmp_path):
+    from attnmt.data.corpus import output_group, write_lines
+    from attnmt.errors import UserError
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    with pytest.raises(RuntimeError), output_group():
+        write_lines(a, ["one"])
+        with output_group():  # an inner group joins the outer one
+            write_lines(b, ["two"])
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".a.tmp", ".b.tmp"]
+        raise RuntimeError("after both were complete")
+    assert list(tmp_path.iterdir()) == []
+    with output_group():
+        write_lines(a, ["one"])
+        write_lines(b, ["two"])
+    assert a.read_text() == "one\n" and b.read_text() == "two\n"
+    # a rename that fails at the end (b became a folder meanwhile) says what is in place already
+    said = f"{re.escape(str(b))}: cannot be written .*; {re.escape(str(a))} already written"
+    with pytest.raises(UserError, match=said), output_group():
+        write_lines(a, ["three"])
+        write_lines(b, ["four"])
+        b.unlink()
+        b.mkdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
 # -- an output that is a file the command reads: the run's own files, --dict, --ngram, a log -------------------
 def _reads(run: Path, g: dict) -> list[tuple[str, list[str], str]]:
     """(name, argv, the file it must not overwrite): each wrote there, exit 0, losing that file."""
@@ -191,3 +219,72 @@ def test_an_unwritable_output_is_named_by_its_own_name(failure, tmp_path, tiny_r
     monkeypatch.setattr(corpus, "open", fake_open, raising=False)
     assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(out)],
                  (f"{out}: cannot be written", "Permission denied" if failure == "no-permission" else "No space"))
+
+
+# -- two outputs of one command: both or neither -------------------------------------------------------------
+def _disk_full_for(monkeypatch, module, name: str) -> None:
+    """``open`` in ``module`` as on a disk that fills while the temporary file of output ``name``
+    is written (the file exists, its first write fails); everything else opens as usual."""
+    import builtins
+
+    real_open = builtins.open
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        if "w" not in mode or Path(file).name != f".{name}.tmp":
+            return real_open(file, mode, *args, **kwargs)
+        real_open(file, mode, *args, **kwargs).close()
+        return Full()
+
+    monkeypatch.setattr(module, "open", fake_open, raising=False)
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["new-files", "old-files"])
+def test_translate_writes_output_and_alignments_or_neither(old, tmp_path, tiny_run, monkeypatch):
+    """The translation stayed behind (replacing the old one) when --alignments failed."""
+    from attnmt.data import corpus
+
+    good = good_files(tmp_path)
+    hyp, align = tmp_path / "hyp", tmp_path / "hyp.align"
+    if old:
+        hyp.write_text("old translation\n", encoding="utf-8")
+        align.write_text("0-0\n", encoding="utf-8")
+    _disk_full_for(monkeypatch, corpus, align.name)
+    assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(hyp),
+                            "--alignments", str(align)], (f"{align}: cannot be written", "No space"))
+    assert (hyp.read_text(encoding="utf-8") if old else hyp.exists()) == ("old translation\n" if old else False)
+    monkeypatch.undo()  # the same command on a working disk writes both
+    status, _, err = run_cli(["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(hyp),
+                              "--alignments", str(align)])
+    assert status == 0, err
+    assert len(hyp.read_text().splitlines()) == len(align.read_text().splitlines()) == 3
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["new-files", "old-files"])
+def test_ngram_build_writes_binary_and_arpa_or_neither(old, tmp_path, monkeypatch):
+    """The binary model stayed behind (replacing the old one) when writing --arpa failed."""
+    import random
+
+    from attnmt.ngram import arpa
+
+    rng, words = random.Random(0), [f"w{i}" for i in range(200)]
+    text_in = tmp_path / "text"  # Zipf-like words: the discounts can be estimated (no warning)
+    text_in.write_text("".join(" ".join(rng.choices(words, [1 / (i + 1) for i in range(200)], k=8)) + "\n"
+                               for _ in range(300)), encoding="utf-8")
+    binary, text = tmp_path / "m.ngram", tmp_path / "m.arpa"
+    if old:
+        binary.write_bytes(b"old model")
+        text.write_bytes(b"old arpa")
+    _disk_full_for(monkeypatch, arpa, text.name)
+    assert_fails(tmp_path, ["ngram", "build", "--order", "2", "--input", str(text_in), "--binary", str(binary),
+                            "--arpa", str(text), "--temp", str(tmp_path)], (f"{text}: cannot be written", "No space"))
+    assert (binary.read_bytes() if old else binary.exists()) == (b"old model" if old else False)
+    assert not old or text.read_bytes() == b"old arpa"
+    monkeypatch.undo()
+    status, _, err = run_cli(["ngram", "build", "--order", "2", "--input", str(text_in), "--binary",
+                              str(binary), "--arpa", str(text), "--temp", str(tmp_path)])
+    assert status == 0, err
+    assert binary.read_bytes() != b"old model" and text.read_text().startswith("\\data\\")

@@ -75,7 +75,7 @@ def run_build(args: argparse.Namespace) -> int:
     memory = parse_memory(args.memory)
     if args.temp and not os.path.isdir(args.temp):
         raise UserError("no such directory", args.temp)
-    from attnmt.data.corpus import check_input, check_output
+    from attnmt.data.corpus import check_input, check_output, output_group
 
     from attnmt.runs.checkpoint import run_files
 
@@ -103,10 +103,11 @@ def run_build(args: argparse.Namespace) -> int:
                   "(too little data to estimate them)", file=sys.stderr)
         if args.arpa:
             check_arpa_vocab(args.arpa, vocab)  # before anything is written
-        if args.binary:
-            write_binary(args.binary, vocab, tables, info)
-        if args.arpa:
-            write_arpa(args.arpa, vocab, tables)
+        with output_group():  # --binary and --arpa: both files or, on a failure, neither
+            if args.binary:
+                write_binary(args.binary, vocab, tables, info)
+            if args.arpa:
+                write_arpa(args.arpa, vocab, tables)
     finally:
         cleanup()
     counts = " ".join(f"{k}:{n}" for k, n in enumerate(info["counts"], start=1))

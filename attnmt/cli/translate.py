@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import check_input, check_output, read_lines, read_stream, write_lines
+    from attnmt.data.corpus import check_input, check_output, output_group, read_lines, read_stream
+    from attnmt.data.corpus import write_lines
     from attnmt.decode.ensemble import load_translator
     from attnmt.runs.loader import truncation_warning
 
@@ -111,11 +112,13 @@ def run(args: argparse.Namespace) -> int:
             out_lines.extend(f"{i} ||| {h.text} ||| {h.score:.4f}" for h in hyps)
         else:
             out_lines.append(hyps[0].text if hyps else "")
-    if args.output:
-        write_lines(args.output, out_lines)
-    else:
-        sys.stdout.write("".join(x + "\n" for x in out_lines))
-        sys.stdout.flush()
-    if args.alignments:
-        write_lines(args.alignments, [hyps[0].pharaoh() if hyps and lines[i].strip() else "" for i, hyps in enumerate(results)])
+    with output_group():  # -o and --alignments: both files or, on a failure, neither
+        if args.output:
+            write_lines(args.output, out_lines)
+        else:
+            sys.stdout.write("".join(x + "\n" for x in out_lines))
+            sys.stdout.flush()
+        if args.alignments:
+            write_lines(args.alignments, [hyps[0].pharaoh() if hyps and lines[i].strip() else ""
+                                          for i, hyps in enumerate(results)])
     return 0

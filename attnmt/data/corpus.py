@@ -10,8 +10,10 @@ part of the first word). Pairs with an empty side are skipped and counted.
 
 Outputs (``write_lines``, ``atomic_output``) go to a temporary name next to the destination and are
 renamed into place only when complete; on any error the temporary file is removed, so a failed
-command leaves no file behind. ``check_output`` refuses a directory, a missing folder and an output
-that is one of the command's inputs, before any work is done.
+command leaves no file behind. Outputs that belong together (a translation and its alignments)
+are written inside ``output_group``: all of them are renamed only once every one is complete.
+``check_output`` refuses a directory, a missing folder and an output that is one of the command's
+inputs, before any work is done.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import errno
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +32,8 @@ from attnmt.errors import UserError
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a write that failed
 MAX_LINE_BYTES = 1_000_000  # a "line" longer than this is a wrong or binary file, not a sentence
+# (temporary, destination) of the complete outputs of the open output_group, renamed when it ends
+_GROUP: ContextVar[list[tuple[Path, Path]] | None] = ContextVar("_GROUP", default=None)
 
 
 @dataclass
@@ -176,9 +181,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     normally, deleted when it raises (nothing half-written is left)."""
     path = check_output(path)
     tmp = path.with_name(f".{path.name}.tmp")
+    group = _GROUP.get()
     try:
         yield tmp
-        os.replace(tmp, path)
+        if group is None:
+            os.replace(tmp, path)
+        else:  # complete; output_group renames it together with the others
+            group.append((tmp, path))
     except BaseException as err:
         tmp.unlink(missing_ok=True)
         # no permission, a read-only or full disk: named by the output, not its temporary name
@@ -188,6 +197,36 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
                 or (err.filename is None and err.errno in _WRITE_ERRNOS)):
             raise UserError(f"cannot be written ({err.strerror or err})", str(path)) from None
         raise
+
+
+@contextmanager
+def output_group() -> Iterator[None]:
+    """Outputs written inside the block (through ``atomic_path``) belong together: each stays under
+    its temporary name when complete, and all are renamed into place when the block ends normally.
+    If it raises, every temporary file is removed, so a failure after the first output leaves
+    none of them new. Inside another group it joins that one."""
+    if _GROUP.get() is not None:
+        yield
+        return
+    done: list[tuple[Path, Path]] = []
+    token = _GROUP.set(done)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in done:
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        _GROUP.reset(token)
+    for i, (tmp, path) in enumerate(done):
+        try:
+            os.replace(tmp, path)
+        except OSError as err:  # the earlier ones are in place: say so rather than hide it
+            for left, _ in done[i:]:
+                left.unlink(missing_ok=True)
+            moved = ", ".join(str(p) for _, p in done[:i])
+            raise UserError(f"cannot be written ({err.strerror or err})"
+                            + (f"; {moved} already written" if moved else ""), str(path)) from None
 
 
 @contextmanager
