@@ -2,9 +2,10 @@
 
 A directory, a missing folder or a file where a folder should be, an output that is one of the
 command's inputs (by name, through a link, or a run's own files: config.yaml, vocabularies,
-checkpoints, log.jsonl; --dict, --ngram), an unwritable or full disk, a failure after the first of two
-outputs (neither is left new). Every case ends with exit status 2 and one line
-``attnmt: error: ...`` naming the output, and the input is left as it was.
+checkpoints, log.jsonl; --dict, --ngram), an unwritable or full disk, a file of the same name in a
+generated data set's --out, a failure after the first of two outputs (neither is left new). Every
+case ends with exit status 2 and one line ``attnmt: error: ...`` naming the output, and the input
+is left as it was.
 The rest of the zoo is tests/test_bad_input.py; the shared runner is tests/bad_input_zoo.py.
 """
 
@@ -219,6 +220,35 @@ def test_an_unwritable_output_is_named_by_its_own_name(failure, tmp_path, tiny_r
     monkeypatch.setattr(corpus, "open", fake_open, raising=False)
     assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(out)],
                  (f"{out}: cannot be written", "Permission denied" if failure == "no-permission" else "No space"))
+
+
+# -- generated data sets: a file of the same name already in --out -------------------------------------------
+DATA_SETS = [  # (command, a file it writes)
+    (["data", "synthetic", "--train", "5", "--dev", "3", "--test", "3", "--names", "20"], "train.src"),
+    (["data", "agreement", "--train", "5", "--test-per-bucket", "2", "--max-modifiers", "1"], "train.tsv"),
+]
+
+
+@pytest.mark.parametrize("argv,name", DATA_SETS, ids=["synthetic", "agreement"])
+def test_a_data_set_never_overwrites_other_files_without_force(argv, name, tmp_path):
+    """They replaced a user's file of the same name (e.g. a real train.src) without a word."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text("my own corpus\n", encoding="utf-8")
+    assert_fails(tmp_path, [*argv, "--out", str(out)], (str(out / name), "--force"))
+    assert (out / name).read_text(encoding="utf-8") == "my own corpus\n"
+    assert [p.name for p in out.iterdir()] == [name]  # refused before anything was written
+
+    assert run_cli([*argv, "--out", str(out), "--force"])[0] == 0
+    built = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert built[name] != b"my own corpus\n" and len(built) > 1
+    stamp = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    status, _, err = run_cli([*argv, "--out", str(out)])  # the same build again: nothing to do
+    assert status == 0, err
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamp
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == built
+    assert_fails(tmp_path, [*argv, "--out", str(out), "--seed", "2"], ("--force",))  # another build
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == built
 
 
 # -- two outputs of one command: both or neither -------------------------------------------------------------

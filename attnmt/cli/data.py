@@ -30,6 +30,14 @@ def _install_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-install", action="store_false", dest="install", help=argparse.SUPPRESS)
 
 
+def _overwrite_arg(p: argparse.ArgumentParser) -> None:
+    # generated sets have no manifest to tell their own files from the user's: a rerun with the
+    # same settings rewrites nothing, other content in a file of the same name needs --force
+    p.add_argument("--force", action="store_true",
+                   help="overwrite files of the same names in DIR that hold other content "
+                   "(without it such a file stops the build before anything is written)")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--force", action="store_true",
@@ -90,6 +98,7 @@ def _add_synthetic(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adjectives", type=int, default=40)
     p.add_argument("--verbs", type=int, default=40)
     p.add_argument("--names", type=int, default=600, help="proper names (Zipf-distributed, copied)")
+    _overwrite_arg(p)
     p.set_defaults(func=run_synthetic)
 
 
@@ -97,7 +106,8 @@ def run_synthetic(args: argparse.Namespace) -> int:
     from attnmt.corpora.synthetic import write_synthetic
 
     sizes = write_synthetic(args.out, {"train": args.train, "dev": args.dev, "test": args.test},
-                            args.seed, args.nouns, args.adjectives, args.verbs, args.names)
+                            args.seed, args.nouns, args.adjectives, args.verbs, args.names,
+                            args.force)
     print(f"attnmt: data synthetic: {sizes} pairs in {args.out}", file=sys.stderr)
     return 0
 
@@ -173,6 +183,7 @@ def _add_agreement(sub: argparse._SubParsersAction) -> None:
                    help="the harder task: longer distances, more attractors, fewer training sentences, "
                    "test distances beyond training (explicit flags override its values)")
     p.add_argument("--seed", type=int, default=1)
+    _overwrite_arg(p)
     p.set_defaults(func=run_agreement)
 
 
@@ -189,7 +200,8 @@ def run_agreement(args: argparse.Namespace) -> int:
         raise UserError("--train and --test-per-bucket must be >= 1, --max-modifiers in 0..12")
     if filler < 0 or (train_most is not None and not 0 <= train_most <= most):
         raise UserError("--filler must be >= 0 and --train-max-modifiers in 0..--max-modifiers")
-    counts = write_agreement(args.out, n_train, args.test_per_bucket, most, args.seed, filler, train_most)
+    counts = write_agreement(args.out, n_train, args.test_per_bucket, most, args.seed, filler,
+                             train_most, args.force)
     print(f"attnmt: data agreement wrote {counts} to {args.out}", file=sys.stderr)
     return 0
 

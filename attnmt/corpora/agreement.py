@@ -39,7 +39,8 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
+
+from attnmt.corpora.outputs import write_new
 
 NOUNS = [
     ("key", "keys"), ("author", "authors"), ("cabinet", "cabinets"), ("table", "tables"),
@@ -142,15 +143,10 @@ def generate(n_train: int, n_test_per_bucket: int, max_modifiers: int = 4, seed:
 
 def write_agreement(out_dir: str | os.PathLike, n_train: int = 20000, n_test_per_bucket: int = 500,
                     max_modifiers: int = 4, seed: int = 1, filler: int = 0,
-                    train_max_modifiers: int | None = None) -> dict[str, int]:
-    """Write DIR/{train,dev,test}.tsv; returns the number of lines of each."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    counts = {}
+                    train_max_modifiers: int | None = None, force: bool = False) -> dict[str, int]:
+    """Write DIR/{train,dev,test}.tsv; returns the number of lines of each. Files of the same
+    names with other content stay unless ``force`` (outputs.write_new)."""
     splits = generate(n_train, n_test_per_bucket, max_modifiers, seed, filler, train_max_modifiers)
-    for name, examples in splits.items():
-        tmp = out / f".{name}.tsv.tmp"
-        tmp.write_text("".join(ex.tsv() + "\n" for ex in examples), encoding="utf-8")
-        os.replace(tmp, out / f"{name}.tsv")
-        counts[name] = len(examples)
-    return counts
+    write_new(out_dir, {f"{name}.tsv": "".join(ex.tsv() + "\n" for ex in examples)
+                        for name, examples in splits.items()}, force)
+    return {name: len(examples) for name, examples in splits.items()}

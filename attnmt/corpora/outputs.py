@@ -5,6 +5,9 @@ and every file's SHA-256.
 A build whose manifest matches the requested settings and whose files all still hash as
 recorded is complete: :func:`is_complete` lets a builder skip it. Manifests hold no
 timestamps, so rebuilding the same inputs gives byte-identical directories.
+
+Generated sets without a manifest (synthetic, agreement) go through :func:`write_new`: a file
+already there with other content is never replaced unless the user says ``--force``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from attnmt.data.corpus import write_lines
+from attnmt.data.corpus import atomic_output, output_group, write_lines
+from attnmt.errors import UserError
 
 MANIFEST = "manifest.json"
 
@@ -66,3 +70,31 @@ def invalidate(out_dir: str | Path) -> None:
         os.unlink(Path(out_dir) / MANIFEST)
     except FileNotFoundError:
         pass
+
+
+def _same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def write_new(out_dir: str | Path, files: dict[str, str], force: bool = False) -> list[str]:
+    """Write ``files`` (name -> text) into ``out_dir`` without losing anything: a file already there
+    with the same bytes is left as it is (a rerun is a no-op), one with other bytes stops the build
+    before anything is written, unless ``force``. The files are written as one output
+    (:func:`attnmt.data.corpus.output_group`). Returns the names written."""
+    out = Path(out_dir)
+    data = {name: text.encode("utf-8") for name, text in files.items()}
+    new = [name for name, b in data.items() if not _same_bytes(out / name, b)]
+    clash = [name for name in new if (out / name).exists()]
+    if clash and not force:  # a file of the same name may be the user's own corpus
+        more = f", as do {len(clash) - 1} more of the outputs" if len(clash) > 1 else ""
+        raise UserError(f"already exists with other content{more} (--force overwrites)",
+                        str(out / clash[0]))
+    out.mkdir(parents=True, exist_ok=True)
+    with output_group():
+        for name in new:
+            with atomic_output(out / name, "wb") as f:
+                f.write(data[name])
+    return new

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from attnmt.data.corpus import write_lines
+from attnmt.corpora.outputs import write_new
 from attnmt.errors import UserError
 
 SPLITS = ("train", "dev", "test")
@@ -232,21 +232,27 @@ def write_synthetic(
     adjectives: int = 40,
     verbs: int = 40,
     names: int = 600,
+    force: bool = False,
 ) -> dict[str, int]:
-    """Write the corpus, gold alignments and dictionary; returns the number of pairs per split."""
+    """Write the corpus, gold alignments and dictionary; returns the number of pairs per split.
+    Files of the same names with other content stay unless ``force`` (outputs.write_new)."""
     sizes = sizes or {"train": 20000, "dev": 500, "test": 500}
     for split, n in sizes.items():
         if n < 0:
             raise UserError(f"--{split} must be >= 0, got {n}")
     if min(nouns, adjectives, verbs, names) < 1:
         raise UserError("--nouns, --adjectives, --verbs and --names must be at least 1")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     lex = make_lexicon(seed, nouns, adjectives, verbs, names)
+    files: dict[str, str] = {}
     for k, split in enumerate(SPLITS):
         pairs = generate(sizes.get(split, 0), lex, seed * 1000 + k)
-        write_lines(out / f"{split}.src", [" ".join(p.src) for p in pairs])
-        write_lines(out / f"{split}.tgt", [" ".join(p.tgt) for p in pairs])
-        write_lines(out / f"{split}.align", [p.align_line() for p in pairs])
-    write_lines(out / "lexicon.tsv", [f"{s}\t{t}" for s, t in lex.dictionary()])
+        files[f"{split}.src"] = _text(" ".join(p.src) for p in pairs)
+        files[f"{split}.tgt"] = _text(" ".join(p.tgt) for p in pairs)
+        files[f"{split}.align"] = _text(p.align_line() for p in pairs)
+    files["lexicon.tsv"] = _text(f"{s}\t{t}" for s, t in lex.dictionary())
+    write_new(out_dir, files, force)
     return {split: sizes.get(split, 0) for split in SPLITS}
+
+
+def _text(lines: Iterable[str]) -> str:
+    return "".join(line + "\n" for line in lines)
