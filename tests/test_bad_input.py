@@ -393,6 +393,33 @@ def test_numeric_flag_out_of_range(argv, words, tmp_path, tiny_run):
     assert_fails(tmp_path, argv(tiny_run, good_files(tmp_path)), words)
 
 
+# -- flag values a command cannot use: refused, not taken as something else -------------------------------------
+def _score(lang):
+    return lambda g: ["score", "--hyp", str(g["es"]), "--ref", str(g["es"]), "--lang", lang]
+
+
+# score --lang took any string (the Moses tokenizer treats an unknown code as English)
+UNUSABLE_VALUES = [
+    ("--lang=xx", _score("xx"), ("--lang 'xx'", "Moses", " es ")),
+    ("--lang=sp", _score("sp"), ("--lang 'sp'",)),
+    ("--lang=EN", _score("EN"), ("--lang 'EN'",)),
+    ("--lang=spanish", _score("spanish"), ("--lang 'spanish'",)),
+    ("--lang=", _score(""), ("--lang ''",)),
+]
+
+
+@pytest.mark.parametrize("value,argv,words", UNUSABLE_VALUES, ids=[v for v, _, _ in UNUSABLE_VALUES])
+def test_flag_value_the_command_cannot_use(value, argv, words, tmp_path):
+    assert_fails(tmp_path, argv(good_files(tmp_path)), words)
+
+
+def test_usable_flag_values_still_work(tmp_path):
+    good = good_files(tmp_path)
+    for lang in ("en", "es", "de", "zh", "ja"):
+        status, out, err = run_cli(_score(lang)(good))
+        assert status == 0 and out.startswith("bleu=100.0"), (lang, out, err)
+
+
 # -- wrong successes: each is now an error or a clearly labelled empty result ------------------------------
 def test_translate_output_cut_at_the_cap_is_an_error(tmp_path, tiny_run):
     good = good_files(tmp_path)
@@ -531,6 +558,8 @@ CONFLICTING_FLAGS = [
      ("--unk-timing needs --replace-unk",)),
     (lambda r, g: ["score", "--hyp", str(g["es"]), "--ref", str(g["es"]), "--src", str(g["en"])],
      ("--src needs --model",)),
+    (lambda r, g: ["score", "--model", str(r), "--src", str(g["en"]), "--ref", str(g["es"]), "--lang", "es"],
+     ("--lang is for the BLEU of translations",)),
     (lambda r, g: ["score", "--hyp", str(g["es"]), "--ref", str(g["es"]), "--model", str(r), "--src",
                    str(g["en"])], ("--hyp", "--model", "exclude")),
     (lambda r, g: ["ngram", "build", "--order", "2", "--prune", "0", "0", "1", "--input", str(g["es"]),

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="run directory: report perplexity (per piece and per word) of "
                    "--ref given --src (an alias of `attnmt eval --src S --input REF`)")
     p.add_argument("--src", help="source side for --model")
-    p.add_argument("--lang", default="en", help="language for the tokenised BLEU variant")
+    p.add_argument("--lang", help="language of the references for the tokenised BLEU variant: a "
+                   "code the Moses tokenizer has rules for, e.g. en, es, de, fr (default en)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -30,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--hyp (BLEU of translations) and --model (perplexity) exclude each other")
     if args.src and not args.model:
         raise UserError("--src needs --model (the source side of a perplexity); BLEU reads --hyp and --ref")
+    if args.model and args.lang is not None:
+        raise UserError("--lang is for the BLEU of translations (--hyp); --model reports perplexity")
     if args.model:
         from attnmt.eval.perplexity import perplexity_report
 
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("give --hyp (to score translations) or --model and --src (perplexity)")
         from attnmt.eval.scoring import score_files
 
-        result = score_files(args.hyp, args.ref, args.lang)
+        result = score_files(args.hyp, args.ref, "en" if args.lang is None else args.lang)
     if args.json:
         print(dumps(result))
     else:

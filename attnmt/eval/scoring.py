@@ -12,6 +12,26 @@ from functools import lru_cache
 
 import sacrebleu
 
+from attnmt.errors import UserError
+
+
+def moses_languages() -> list[str]:
+    """The codes ``tokenized_bleu`` can use: sacremoses' languages with a list of non-breaking
+    prefixes, and ja/ko/cjk, which change what counts as a letter. Any other code gets the
+    English rules without a word, so a typo (``--lang sp``) would score with the wrong ones."""
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    return sorted(set(NonbreakingPrefixes().available_langs.values()) | {"ja", "ko", "cjk"})
+
+
+def check_lang(lang: str) -> str:
+    """``lang`` if the Moses tokenizer has rules for it, else a one-line error naming --lang."""
+    known = moses_languages()
+    if lang not in known:
+        raise UserError(f"--lang {lang!r}: the tokenised BLEU has no Moses tokenizer rules for it; "
+                        f"use one of {' '.join(known)}")
+    return lang
+
 
 @lru_cache(maxsize=4)
 def _moses(lang: str):
@@ -50,8 +70,8 @@ def score_all(hyps: list[str], refs: list[str], lang: str = "en") -> dict:
 def score_files(hyp_path: str, ref_path: str, lang: str = "en") -> dict:
     """``score_all`` of two files with one sentence a line (their line counts must agree)."""
     from attnmt.data.corpus import read_lines
-    from attnmt.errors import UserError
 
+    check_lang(lang)  # before the files are read
     refs, hyps = read_lines(ref_path), read_lines(hyp_path)
     if len(hyps) != len(refs):
         raise UserError(f"line counts differ: {hyp_path} has {len(hyps)} lines, {ref_path} has {len(refs)}")
