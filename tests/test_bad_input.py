@@ -398,13 +398,28 @@ def _score(lang):
     return lambda g: ["score", "--hyp", str(g["es"]), "--ref", str(g["es"]), "--lang", lang]
 
 
-# score --lang took any string (the Moses tokenizer treats an unknown code as English)
+def _build(memory):
+    return lambda g: ["ngram", "build", "--order", "2", "--input", str(g["es"]), "--arpa",
+                      str(g["en"].parent / "x.arpa"), f"--memory={memory}"]  # = : -1G is no flag
+
+
+# score --lang took any string (the Moses tokenizer treats an unknown code as English); --memory took 500%
 UNUSABLE_VALUES = [
     ("--lang=xx", _score("xx"), ("--lang 'xx'", "Moses", " es ")),
     ("--lang=sp", _score("sp"), ("--lang 'sp'",)),
     ("--lang=EN", _score("EN"), ("--lang 'EN'",)),
     ("--lang=spanish", _score("spanish"), ("--lang 'spanish'",)),
     ("--lang=", _score(""), ("--lang ''",)),
+    ("--memory=500%", _build("500%"), ("--memory 500%", "at most 100%")),
+    ("--memory=100.5%", _build("100.5%"), ("--memory 100.5%", "at most 100%")),
+    ("--memory=0%", _build("0%"), ("--memory", "too small")),
+    ("--memory=0", _build("0"), ("--memory", "too small")),
+    ("--memory=-1G", _build("-1G"), ("--memory", "bad memory size '-1G'")),
+    ("--memory=-50%", _build("-50%"), ("--memory", "bad memory size '-50%'")),
+    ("--memory=4X", _build("4X"), ("--memory", "bad memory size '4X'")),
+    ("--memory=1e9", _build("1e9"), ("--memory", "bad memory size '1e9'")),
+    ("--memory=nan", _build("nan"), ("--memory", "bad memory size 'nan'")),
+    ("--memory=", _build(""), ("--memory", "bad memory size ''")),
 ]
 
 
@@ -418,6 +433,10 @@ def test_usable_flag_values_still_work(tmp_path):
     for lang in ("en", "es", "de", "zh", "ja"):
         status, out, err = run_cli(_score(lang)(good))
         assert status == 0 and out.startswith("bleu=100.0"), (lang, out, err)
+    for memory in ("100%", "0.5%", "64K", "1G"):
+        status, _, err = run_cli(_build(memory)(good))
+        assert status == 0 and (tmp_path / "x.arpa").is_file(), (memory, err)
+        (tmp_path / "x.arpa").unlink()
 
 
 # -- wrong successes: each is now an error or a clearly labelled empty result ------------------------------

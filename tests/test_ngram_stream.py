@@ -113,7 +113,8 @@ def test_parse_memory():
     assert parse_memory("4G") == 4 << 30
     assert parse_memory("1.5m") == 3 << 19
     assert 0 < parse_memory("10%") < parse_memory("20%")
-    for bad in ("", "4X", "-1G", "1K"):
+    assert parse_memory("100%") > parse_memory("99%")
+    for bad in ("", "4X", "-1G", "1K", "0", "0%", "100.1%", "500%"):
         with pytest.raises(UserError):
             parse_memory(bad)
 

@@ -32,8 +32,8 @@ def _add_build(cmds: argparse._SubParsersAction) -> None:
                    help="fail instead of using D=0.5,1,1.5 when the discounts cannot be estimated")
     b.add_argument("--memory", default="25%",
                    help="memory budget, like lmplz -S: e.g. 4G, 512M, or a share of physical "
-                        "memory such as 25%% (the default); the counts are sorted in chunks of "
-                        "this size and merged from disk")
+                        "memory up to 100%%, such as 25%% (the default); the counts are sorted in "
+                        "chunks of this size and merged from disk")
     b.add_argument("--temp", metavar="DIR",
                    help="directory for the temporary files (default: the system's temp dir)")
     b.add_argument("--no-progress", action="store_true",

@@ -63,15 +63,17 @@ def parse_memory(text: str) -> int:
     """Bytes of a budget like lmplz's -S: '4G', '512M', '1.5G', '80%' (of physical memory)."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGTB%]?)\s*", text.upper())
     if not m:
-        raise UserError(f"bad memory size {text!r}: use e.g. 4G, 512M or 50%")
+        raise UserError(f"--memory: bad memory size {text!r}: use e.g. 4G, 512M or 50%")
     value, unit = float(m.group(1)), m.group(2)
     if unit == "%":
+        if value > 100:  # more than all of the memory there is: a typo, not a budget
+            raise UserError(f"--memory {text.strip()}: a share of physical memory is at most 100%")
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         size = int(total * value / 100)
     else:
         size = int(value * _UNITS[unit])
     if size < 1 << 16:
-        raise UserError(f"memory size {text!r} is too small: give at least 64K")
+        raise UserError(f"--memory: memory size {text!r} is too small: give at least 64K")
     return size
 
 
