@@ -2,10 +2,10 @@
 
 A directory, a missing folder or a file where a folder should be, an output that is one of the
 command's inputs (by name, through a link, or a run's own files: config.yaml, vocabularies,
-checkpoints, log.jsonl; --dict, --ngram), an unwritable or full disk, a file of the same name in a
-generated data set's --out, a failure after the first of two outputs (neither is left new). Every
-case ends with exit status 2 and one line ``attnmt: error: ...`` naming the output, and the input
-is left as it was.
+checkpoints, log.jsonl; --dict, --ngram), an unwritable or full disk (experiment's table.md too),
+a file of the same name in a generated data set's --out, a failure after the first of two outputs
+(neither is left new). Every case ends with exit status 2 and one line ``attnmt: error: ...``
+naming the output, and the input is left as it was.
 The rest of the zoo is tests/test_bad_input.py; the shared runner is tests/bad_input_zoo.py.
 """
 
@@ -220,6 +220,40 @@ def test_an_unwritable_output_is_named_by_its_own_name(failure, tmp_path, tiny_r
     monkeypatch.setattr(corpus, "open", fake_open, raising=False)
     assert_fails(tmp_path, ["translate", "--model", str(tiny_run), "-i", str(good["en"]), "-o", str(out)],
                  (f"{out}: cannot be written", "Permission denied" if failure == "no-permission" else "No space"))
+
+
+def test_experiment_table_is_written_atomically(tmp_path, monkeypatch):
+    """table.md was written in place: a disk that filled (or a kill) left it cut off, the previous
+    table lost."""
+    import builtins
+
+    from attnmt.errors import UserError
+    from attnmt.eval.experiment import write_table
+
+    table = tmp_path / "table.md"
+    table.write_text("the previous table\n", encoding="utf-8")
+    real_open = builtins.open
+
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fake_open(file, mode="r", *args, **kwargs):  # every writer's open, pathlib's included
+        if "w" not in mode or Path(file).parent != tmp_path:
+            return real_open(file, mode, *args, **kwargs)
+        real_open(file, mode, *args, **kwargs).close()
+        return Full()
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(io, "open", fake_open)
+    row = {"label": "Base", "ppl": 9.5, "bleu": 1.0, "bleu_tok": 1.5, "chrf": 20.0}
+    with pytest.raises(UserError, match=f"{re.escape(str(table))}: cannot be written"):
+        write_table([row], table)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["table.md"]
+    assert table.read_text(encoding="utf-8") == "the previous table\n"
+    assert write_table([row], table) == table.read_text(encoding="utf-8")
+    assert "| Base | 9.50 | 1.00 |  | 1.50 | 20.0 |" in table.read_text(encoding="utf-8")
 
 
 # -- generated data sets: a file of the same name already in --out -------------------------------------------

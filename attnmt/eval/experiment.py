@@ -263,9 +263,8 @@ def write_table(results: list[dict], path: Path) -> str:
         lines.append(f"| {r['label']} | {ppl} | {_fmt(r['bleu'], '.2f')} | {delta} | "
                      f"{_fmt(r['bleu_tok'], '.2f')} | {_fmt(r['chrf'], '.1f')} |")
         prev = r["bleu"]
-    text = "\n".join(lines) + "\n"
-    path.write_text(text, encoding="utf-8")
-    return text
+    write_lines(path, lines)  # atomically: a failed run leaves the previous table.md whole
+    return "\n".join(lines) + "\n"
 
 
 def run_luong(s: Settings) -> str:
