@@ -117,3 +117,47 @@ def test_padding_in_source_batch_does_not_change_a_sentence():
     other = torch.randint(4, 20, (1, 8))
     batch_logits, _ = model(torch.cat([padded_src, other]), torch.tensor([5, 8]), torch.cat([tgt, tgt]))
     torch.testing.assert_close(batch_logits[0], alone[0], atol=1e-5, rtol=1e-5)
+
+
+class _Entries:
+    """A cached value that selects itself: records the entries it was asked for and offers a
+    replacement for the selected memory's values."""
+
+    def __init__(self, entries=None):
+        self.entries = entries
+
+    def select_entries(self, memory, entries):
+        return _Entries(entries), {"values": memory.values.index_select(0, entries) + 100}
+
+
+@pytest.mark.parametrize("rows, index, entries, rows_after", [
+    (1, [2, 0, 0], [2, 0, 0], 1),  # one row per entry: the rows are the entries
+    (2, [4, 5, 0, 1], [2, 0], 2),  # aligned blocks keep their entry shared
+    (2, [5, 5, 0, 3], [2, 2, 0, 1], 1),  # otherwise one entry per row
+])
+def test_memory_select_carries_cached_values_that_select_themselves(rows, index, entries,
+                                                                    rows_after):
+    """Memory.select hands a cached value with select_entries the entries it keeps (for each
+    way select reads its index), takes the fields it offers instead of copying them, and drops
+    every other cached value; a memory without such values is index_selected as before."""
+    from attnmt.attention.base import Memory
+
+    values = torch.arange(3 * 2 * 1.0).view(3, 2, 1)
+    mask = torch.tensor([[True, True], [True, False], [True, True]])
+    memory = Memory(values=values, keys=values, mask=mask, lengths=mask.sum(1), shareable=True)
+    memory = memory.repeat_rows(rows) if rows > 1 else memory
+    memory.cached("self", lambda m: _Entries())
+    memory.cached("other", lambda m: "derived from the entries")
+    plain = Memory(values=values, keys=values, mask=mask, lengths=mask.sum(1), shareable=True)
+    plain = plain.repeat_rows(rows) if rows > 1 else plain
+    index = torch.tensor(index)
+    selected, want = memory.select(index), plain.select(index)
+    kept = torch.tensor(entries)
+    assert selected.rows == want.rows == rows_after
+    assert torch.equal(selected.cached("self", None).entries, kept)
+    assert selected.cached("other", lambda m: "built again") == "built again"
+    assert torch.equal(selected.values, values[kept] + 100)
+    assert torch.equal(selected.keys, values[kept]) and torch.equal(want.values, values[kept])
+    assert want.keys is want.values and "_cache" not in want.__dict__
+    assert torch.equal(selected.mask, mask[kept])
+    assert torch.equal(selected.lengths, mask[kept].sum(1))

@@ -41,15 +41,19 @@ class Memory:
     rows: int = 1
     shareable: bool = False
 
-    def _tensors(self, fn) -> dict:
-        """fn of every tensor field; a tensor held by two fields (keys = values) is mapped once,
-        so the result holds one tensor there too."""
+    def _tensors(self, fn, given: dict[str, torch.Tensor] | None = None) -> dict:
+        """fn of every tensor field (or ``given[name]``, where given names it); a tensor held by
+        two fields (keys = values) is mapped once, so the result holds one tensor there too."""
         done: dict[int, torch.Tensor] = {}
         out = {}
         for f in fields(self):
-            if f.name not in ("rows", "shareable"):
-                t = getattr(self, f.name)
-                out[f.name] = done[id(t)] if id(t) in done else done.setdefault(id(t), fn(t))
+            if f.name in ("rows", "shareable"):
+                continue
+            if given and f.name in given:
+                out[f.name] = given[f.name]
+                continue
+            t = getattr(self, f.name)
+            out[f.name] = done[id(t)] if id(t) in done else done.setdefault(id(t), fn(t))
         return out
 
     def select(self, index: torch.Tensor) -> "Memory":
@@ -62,12 +66,28 @@ class Memory:
                 and (blocks[:, 0] % self.rows == 0).all()
             )
             if aligned:
-                entries = blocks[:, 0] // self.rows
-                return Memory(**self._tensors(lambda t: t.index_select(0, entries)), rows=self.rows,
-                              shareable=True)
-            entries = index // self.rows
-            return Memory(**self._tensors(lambda t: t.index_select(0, entries)), shareable=True)
-        return Memory(**self._tensors(lambda t: t.index_select(0, index)), shareable=self.shareable)
+                return self._select_entries(blocks[:, 0] // self.rows, self.rows, True)
+            return self._select_entries(index // self.rows, 1, True)
+        return self._select_entries(index, 1, self.shareable)
+
+    def _select_entries(self, entries: torch.Tensor, rows: int, shareable: bool) -> "Memory":
+        """The memory of entries ``entries`` (E',), read by ``rows`` query rows each.
+
+        A cached value with a ``select_entries(memory, entries)`` method is carried over: it
+        returns (its value for the selected entries, the fields of the new memory it holds as
+        views, e.g. {"values": ...}; those are not index_selected again). Other cached values
+        are dropped (built again on first use), as what they hold may depend on the entries."""
+        carried, given = {}, {}
+        for key, value in self.__dict__.get("_cache", {}).items():
+            select = getattr(value, "select_entries", None)
+            if select is not None:
+                carried[key], held = select(self, entries)
+                given.update(held)
+        out = Memory(**self._tensors(lambda t: t.index_select(0, entries), given), rows=rows,
+                     shareable=shareable)
+        if carried:
+            out.__dict__["_cache"] = carried
+        return out
 
     def repeat_rows(self, k: int) -> "Memory":
         """Every query row repeated k times: shared if the attention can read shared entries."""
@@ -79,8 +99,9 @@ class Memory:
 
     def cached(self, key, build: Callable[["Memory"], Any]) -> Any:
         """``build(self)``, computed once per Memory object: source-only work an attention
-        module derives on first use (a ``select``-ed memory starts without it; ``repeat_rows``
-        keeps it, so a key must name ``rows`` if what it holds depends on them)."""
+        module derives on first use (a ``select``-ed memory starts without it unless it can
+        select itself, see ``_select_entries``; ``repeat_rows`` keeps it, so a key must name
+        ``rows`` if what it holds depends on them)."""
         cache = self.__dict__.setdefault("_cache", {})
         if key not in cache:
             cache[key] = build(self)
