@@ -308,6 +308,129 @@ def test_memory_select_for_beam_search():
     torch.testing.assert_close(w_sel, w_all[index])
 
 
+def _select_chain(memory):
+    """A beam search's re-indexings of a memory of 4 sentences, K = 3 rows each: every
+    memory on the way (aligned blocks dropping and repeating a sentence, unaligned rows, one
+    row per entry, one sentence alone, its K rows again)."""
+    K = 3
+    out = [memory.repeat_rows(K)]
+    blocks = lambda entries: (torch.tensor(entries).view(-1, 1) * K + torch.arange(K)).view(-1)
+    out.append(out[-1].select(blocks([0, 2, 3])))  # a sentence done: aligned, rows kept
+    out.append(out[-1].select(blocks([2, 0, 0])))
+    out.append(out[-1].select(torch.tensor([4, 4, 0, 8, 1])))  # unaligned: one row per entry
+    out.append(out[-1].select(torch.tensor([3, 0, 3])))  # rows == 1
+    out.append(out[-1].select(torch.tensor([1])))  # one sentence
+    out.append(out[-1].repeat_rows(K).select(torch.arange(K)))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+@pytest.mark.parametrize("score", ["dot", "general", "concat"])
+@pytest.mark.parametrize("composition", ["paper", "inside"])
+def test_selected_memory_keeps_its_padded_tables(monkeypatch, mode, score, composition):
+    """Memory.select of a decoding memory selects its padded tables instead of padding the
+    selected states again: at every re-indexing of a beam search the tables equal those of
+    padding the selected memory (today's path: the oracle), the memory's states are views into
+    them, and every step (aligned, gathered, in chunks, in blocks, one sentence's slice) gives
+    the same numbers to the last bit."""
+    query, values, mask = _inputs(B=4, lengths=(9, 6, 3, 7))
+    values = values.masked_fill(~mask.unsqueeze(-1), float("nan"))  # padding must never be read
+    att = LocalAttention(mode, score, 8, 8, window=2, composition=composition)
+    calls = []
+    pad_memory = local_decoding.pad_memory
+    monkeypatch.setattr(local_decoding, "pad_memory",
+                        lambda *a: calls.append(a) or pad_memory(*a))
+    with torch.no_grad():
+        chain = _select_chain(att.prepare(values, mask))
+        assert len(calls) == 1  # prepare's: never again
+        monkeypatch.delattr(local_decoding.PaddedTables, "select_entries")  # today's select
+        oracle = _select_chain(att.prepare(values, mask))
+    g = torch.Generator().manual_seed(5)
+    for got, want in zip(chain, oracle):
+        assert (got.rows, got.values.shape, got.keys is got.values) == (
+            want.rows, want.values.shape, want.keys is want.values)
+        for name in ("values", "keys", "mask", "lengths"):
+            assert torch.equal(getattr(got, name), getattr(want, name))
+        pad, fresh = local_decoding.padded(att, got), local_decoding.padded(att, want)
+        assert got.values.data_ptr() == pad["values_pad"][:, 2:].data_ptr()
+        assert got.keys.data_ptr() == pad["keys_pad"][:, 2:].data_ptr()
+        assert pad.keys() == fresh.keys()
+        for key, value in fresh.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(pad[key], value), key
+            elif key != "sentence_step":
+                assert pad[key] == value, key
+        assert (pad["sentence_step"] is None) == (fresh["sentence_step"] is None)
+        q = torch.randn(got.mask.size(0) * got.rows, 1, 8, generator=g)
+        for elements in (local_decoding.STEP_WINDOW_ELEMENTS, 1):  # 1: chunks or blocks
+            monkeypatch.setattr(local_decoding, "STEP_WINDOW_ELEMENTS", elements)
+            for t in (0, 2, 5, 20):
+                with torch.no_grad():
+                    c, w = att(q, got, torch.tensor([t]))
+                    c_want, w_want = att(q, want, torch.tensor([t]))
+                assert torch.equal(c, c_want) and torch.equal(w, w_want)
+    assert len(calls) == 2 + len(oracle) - 1  # prepare's twice, and the oracle's selected
+
+
+@pytest.mark.parametrize("score", ["dot", "general"])
+def test_lazily_padded_memory_selects_its_tables_but_not_its_states(monkeypatch, score):
+    """A memory prepared with autograd on and decoded without it is padded on first use; its
+    selection keeps the selected tables but copies its own states (they are no views into the
+    buffers: padding is zeroed there, not in them), and decodes as the training path does."""
+    query, values, mask = _inputs(T=1)
+    values = values.masked_fill(~mask.unsqueeze(-1), 7.0)  # garbage the buffers zero
+    att = LocalAttention("local-p", score, 8, 8, window=2)
+    memory = att.prepare(values, mask)  # autograd on: no tables yet
+    index = torch.tensor([2, 0, 0, 1])
+    with torch.no_grad():
+        att(query, memory, None)
+        calls = []
+        monkeypatch.setattr(local_decoding, "pad_memory", lambda *a: calls.append(a))
+        selected = memory.select(index)
+        got, w_got = att(query[index], selected, None)
+    assert not calls
+    assert torch.equal(selected.values, values[index]) and torch.equal(selected.keys, values[index])
+    want, w_want = _training_path(att, query[index], None, None, None, memory=selected)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w_got, w_want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["local-m", "local-p"])
+@pytest.mark.parametrize("score, composition", [("dot", "paper"), ("general", "inside"),
+                                                ("general", "paper")])
+def test_beam_search_does_not_pad_the_memory_again(monkeypatch, mode, score, composition):
+    """A batched beam search whose sentences leave the batch at different steps pads its
+    memory once, and finds what padding every selected memory again finds, to the last bit
+    (hypotheses, scores, attention)."""
+    from attnmt.decode.search import beam_search
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(layers=1, hidden=16, embed=12, attention=mode, score=score,
+                      local_composition=composition, input_feed=True, dropout=0.0, window=2)
+    model = Seq2Seq(cfg, 20, 22, init_uniform=0.3).eval()
+    src = torch.randint(4, 20, (4, 9))
+    lengths = torch.tensor([9, 4, 2, 6])
+    src[lengths.view(-1, 1) <= torch.arange(9)] = 0
+    calls = []
+    pad_memory = local_decoding.pad_memory
+    monkeypatch.setattr(local_decoding, "pad_memory",
+                        lambda *a: calls.append(a) or pad_memory(*a))
+
+    def run():  # limits |x| + 2: 11, 6, 4, 8 steps
+        return beam_search(model, src, lengths, beam_size=3, nbest=3, max_len_ratio=1.0,
+                           max_len_extra=2, need_weights=True)
+
+    got = run()
+    assert len(calls) == 1
+    monkeypatch.delattr(local_decoding.PaddedTables, "select_entries")
+    want = run()
+    assert len(calls) > 2  # the oracle padded again as sentences left
+    for hyps, ref in zip(got, want):
+        assert [(h.tokens, h.logprob, h.score) for h in hyps] == [
+            (h.tokens, h.logprob, h.score) for h in ref]
+        assert all(torch.equal(h.attention, r.attention) for h, r in zip(hyps, ref))
+
+
 @pytest.mark.parametrize("mode", ["local-m", "local-p"])
 @pytest.mark.parametrize("score", ["general", "concat"])
 @pytest.mark.parametrize("t", [0, 4])  # local-m: every sentence longer than t (no gather), or not

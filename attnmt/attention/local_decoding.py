@@ -6,8 +6,9 @@ equations, the choices the paper leaves open and the training path, and calls th
 Decoding (autograd off, ``decode``): a decoder step at batch 1 is a few dozen tiny ops, so their
 number matters as much as their size. ``prepare`` then stores the states zero-padded by D rows on
 each side of every sentence (and zeroed on padding), with an additive mask row (0 on real words,
-−inf elsewhere); ``memory.values`` is a view into that buffer, so nothing is copied twice. As in
-global attention, `general` keys W_a h̄_s are computed once per sentence there (a step then
+−inf elsewhere); ``memory.values`` is a view into that buffer, so nothing is copied twice (a
+beam search's ``Memory.select`` selects the buffers' rows, see ``PaddedTables``, rather than
+padding the selected states again). As in global attention, `general` keys W_a h̄_s are computed once per sentence there (a step then
 needs no d×d product per hypothesis for its score). The window centred at c of entry e is the
 D+1+D consecutive rows starting at e·(S+2D) + c of the flattened buffer: one ``index_select`` of
 a strided ``unfold`` view gathers all windows of a step (each a contiguous block), with no
@@ -69,18 +70,83 @@ def prepare(
     # decoding: W_a h̄_s once per sentence, as global attention does (a step then needs no
     # d×d product per hypothesis for the score); the memory's states are views into the
     # padded buffers the steps read
-    tables = pad_memory(att, values, values, mask)
-    S, D = mask.size(1), att.window
-    view = {id(t): t.narrow(1, D, S) for t in (tables["values_pad"], tables["keys_pad"])}
-    memory = Memory(values=view[id(tables["values_pad"])], keys=view[id(tables["keys_pad"])],
-                    mask=mask, lengths=lengths, shareable=True)
-    memory.cached(("local-pad", D), lambda memory: tables)
+    padding = pad_memory(att, values, values, mask)
+    padding.views = padding.memory_views()
+    memory = Memory(**padding.views, mask=mask, lengths=lengths, shareable=True)
+    memory.cached(("local-pad", att.window), lambda memory: padding)
     return memory
+
+
+class PaddedTables:
+    """The decoding tables of a memory of E entries, ``tables`` by name (see ``pad_memory``),
+    built from the padded buffers: keys and values (E, S+2D, d), the mask bias (E, 1, S+2D)
+    and the sentence lengths (E,). ``Memory.select`` carries them over (``select_entries``):
+    a beam search dropping its finished sentences then copies the buffers' rows of the others
+    once, where padding the selected memory again would copy its states twice. ``views``:
+    the memory's ``values`` and ``keys`` when they are views into the buffers (``prepare``).
+
+    ``tables`` is a plain dict: the steps look names up in it, and a dict subclass's lookup
+    costs twice a dict's."""
+
+    def __init__(
+        self, att: nn.Module, values_pad: torch.Tensor, keys_pad: torch.Tensor,
+        bias_pad: torch.Tensor, lengths: torch.Tensor, constant: dict,
+    ):
+        E, rows = values_pad.shape[:2]  # rows = S + 2D
+        W = 2 * att.window + 1
+        # (E·(S+2D) − 2D, W, d): window w = rows w..w+2D of the flattened buffer, W·d
+        # contiguous numbers (a gather copies each window in one piece)
+        unfold = lambda x: x.view(-1, x.size(-1)).unfold(0, W, 1).transpose(1, 2)
+        self.att, self.constant = att, constant
+        self.views: dict[str, torch.Tensor] | None = None
+        self.tables = {
+            **constant, "values_pad": values_pad, "keys_pad": keys_pad, "bias_pad": bias_pad,
+            "lengths": lengths, "values": unfold(values_pad),
+            "keys": unfold(keys_pad) if keys_pad is not values_pad else None,
+            "bias": bias_pad.view(-1, 1).unfold(0, W, 1), "min_last": int(lengths.min()) - 1,
+            # the first sentence's, for _decode_single and _sentence_step
+            "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias_pad[0],
+            "keys_by_column_0": keys_pad[0].unfold(0, W, 1),  # window c: (d_k, W), a view
+            "length": int(lengths[0]), "length_t": lengths[0].float(),
+            # _attend_blocks: where each entry starts in the flattened buffers
+            "entry_start": torch.arange(E, device=values_pad.device) * rows}
+        one = E == 1 and att.mode == "local-p" and att.score_is_dot
+        self.tables["sentence_step"] = _sentence_step(att, self.tables) if one else None
+
+    def memory_views(self) -> dict[str, torch.Tensor]:
+        """{"values": (E, S, d), "keys": (E, S, d_k)}: the rows of the buffers that hold the
+        sentences (one tensor for both when keys are values)."""
+        t, D = self.tables, self.att.window
+        S = t["bias_pad"].size(2) - 2 * D
+        values = t["values_pad"].narrow(1, D, S)
+        keys = values if t["keys"] is None else t["keys_pad"].narrow(1, D, S)
+        return {"values": values, "keys": keys}
+
+    def select_entries(
+        self, memory: Memory, entries: torch.Tensor
+    ) -> tuple["PaddedTables", dict[str, torch.Tensor]]:
+        """The tables of ``memory.select``'s entries (E',): the buffers' rows index_selected
+        (the same numbers padding the selected states would give), what derives from them
+        built again; and, when ``memory``'s values and keys are this table's views, the
+        selected memory's (views into the new buffers; they are then not copied again)."""
+        t = self.tables
+        values_pad = t["values_pad"].index_select(0, entries)
+        keys_pad = values_pad if t["keys"] is None else t["keys_pad"].index_select(0, entries)
+        out = PaddedTables(self.att, values_pad, keys_pad, t["bias_pad"].index_select(0, entries),
+                           t["lengths"].index_select(0, entries), self.constant)
+        if "band" in t:  # _band's mask depends on no entry
+            out.tables["band"] = t["band"]
+        views = self.views  # a memory padded lazily (by ``padded``) has its own states
+        if (views is None or memory.values is not views["values"]
+                or memory.keys is not views["keys"]):
+            return out, {}
+        out.views = out.memory_views()
+        return out, out.views
 
 
 def pad_memory(
     att: nn.Module, values: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor
-) -> dict:
+) -> PaddedTables:
     """The decoding tables of a memory: keys and values (E, S+2D, d) with D zero rows on each
     side of every sentence and zeros on its padding (row j is position j − D), the mask bias
     (E, 1, S+2D) (0 on real words, −inf elsewhere), their unfolded views (window w of the
@@ -100,28 +166,15 @@ def pad_memory(
     keys_pad = values_pad if keys is values else pad(keys)
     bias = torch.zeros(E, 1, S + 2 * D, device=mask.device)
     bias.masked_fill_(~inside.transpose(1, 2), float("-inf"))
-    # (E·(S+2D) − 2D, W, d): window w = rows w..w+2D of the flattened buffer, W·d contiguous
-    # numbers (a gather copies each window in one piece)
-    unfold = lambda x, d: x.view(-1, d).unfold(0, W, 1).transpose(1, 2)
     gauss = (att.offsets.square() * (-0.5 / att.sigma**2)).view(1, 1, W)  # local-m's
-    tables = {"values_pad": values_pad, "keys_pad": keys_pad, "bias_pad": bias,
-              "values": unfold(values_pad, values.size(-1)),
-              "keys": unfold(keys_pad, keys.size(-1)) if keys is not values else None,
-              "bias": bias.view(-1, 1).unfold(0, W, 1), "min_last": int(mask.sum(1).min()) - 1,
-              "log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
-              "offsets": att.offsets.to(bias.dtype),
-              # the first sentence's, for _decode_single and _sentence_step
-              "values_0": values_pad[0], "keys_0": keys_pad[0], "bias_0": bias[0],
-              "keys_by_column_0": keys_pad[0].unfold(0, W, 1),  # window c: (d_k, W), a view
-              "length": int(mask[0].sum()), "length_t": mask[0].sum().float(),
-              "positions": torch.arange(-D, S + D, device=mask.device, dtype=bias.dtype),
-              **_position_weights(att),
-              # _attend_blocks: where each entry starts in the flattened buffers, slots 0, 1, ..
-              "entry_start": torch.arange(E, device=mask.device) * (S + 2 * D),
-              "block_slots": torch.arange(S + 2 * D, device=mask.device, dtype=bias.dtype)}
-    one = E == 1 and att.mode == "local-p" and att.score_is_dot
-    tables["sentence_step"] = _sentence_step(att, tables) if one else None
-    return tables
+    # the tables that depend on no entry (a selected memory's tables share them)
+    constant = {"log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
+                "offsets": att.offsets.to(bias.dtype),
+                "positions": torch.arange(-D, S + D, device=mask.device, dtype=bias.dtype),
+                **_position_weights(att),
+                # _attend_blocks: slots 0, 1, .. of a block
+                "block_slots": torch.arange(S + 2 * D, device=mask.device, dtype=bias.dtype)}
+    return PaddedTables(att, values_pad, keys_pad, bias, mask.sum(1), constant)
 
 
 def _position_weights(att: nn.Module) -> dict[str, torch.Tensor]:
@@ -141,9 +194,10 @@ def _position_weights(att: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def padded(att: nn.Module, memory: Memory) -> dict:
-    """``pad_memory`` of a memory, once (``prepare`` stores it already)."""
+    """The tables of ``pad_memory`` of a memory, padded once (``prepare`` stores them already;
+    ``Memory.select`` carries them over)."""
     return memory.cached(("local-pad", att.window),
-                         lambda m: pad_memory(att, m.values, m.keys, m.mask))
+                         lambda m: pad_memory(att, m.values, m.keys, m.mask)).tables
 
 
 def _decode_rows(att: nn.Module, memory: Memory) -> dict[str, torch.Tensor]:
