@@ -8,8 +8,9 @@ number matters as much as their size. ``prepare`` then stores the states zero-pa
 each side of every sentence (and zeroed on padding), with an additive mask row (0 on real words,
 −inf elsewhere); ``memory.values`` is a view into that buffer, so nothing is copied twice (a
 beam search's ``Memory.select`` selects the buffers' rows, see ``PaddedTables``, rather than
-padding the selected states again). As in global attention, `general` keys W_a h̄_s are computed once per sentence there (a step then
-needs no d×d product per hypothesis for its score). The window centred at c of entry e is the
+padding the selected states again). As in global attention, `general` keys W_a h̄_s are
+computed once per sentence there (a step then needs no d×d product per hypothesis for its
+score). The window centred at c of entry e is the
 D+1+D consecutive rows starting at e·(S+2D) + c of the flattened buffer: one ``index_select`` of
 a strided ``unfold`` view gathers all windows of a step (each a contiguous block), with no
 clamping or index arithmetic that grows with S; scores and mask are one ``baddbmm``, the context
