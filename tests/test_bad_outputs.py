@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import re
 import shutil
 from pathlib import Path
@@ -122,7 +123,7 @@ def test_write_errors_leave_no_temporary_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_output_group_renames_all_or_none(tmp_path):
+def test_an_output_group_renames_all_or_none(tmp_path, monkeypatch):
     from attnmt.data.corpus import output_group, write_lines
     from attnmt.errors import UserError
 
@@ -138,14 +139,29 @@ def test_an_output_group_renames_all_or_none(tmp_path):
         write_lines(a, ["one"])
         write_lines(b, ["two"])
     assert a.read_text() == "one\n" and b.read_text() == "two\n"
-    # a rename that fails at the end (b became a folder meanwhile) says what is in place already
-    said = f"{re.escape(str(b))}: cannot be written .*; {re.escape(str(a))} already written"
-    with pytest.raises(UserError, match=said), output_group():
+    # a destination that cannot be replaced (b became a folder meanwhile) is found before any
+    # rename: a stays as it was
+    with pytest.raises(UserError, match=f"{re.escape(str(b))}: cannot be written"), output_group():
         write_lines(a, ["three"])
         write_lines(b, ["four"])
         b.unlink()
         b.mkdir()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"] and a.read_text() == "one\n"
+    # a rename that fails at the end all the same (a race) says what is in place already
+    b.rmdir()
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == b:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(src))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    said = f"{re.escape(str(b))}: cannot be written .*; {re.escape(str(a))} already written"
+    with pytest.raises(UserError, match=said), output_group():
+        write_lines(a, ["five"])
+        write_lines(b, ["six"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"] and a.read_text() == "five\n"
 
 
 # -- an output that is a file the command reads: the run's own files, --dict, --ngram, a log -------------------

@@ -21,8 +21,8 @@ from __future__ import annotations
 import codecs
 import errno
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,7 +204,8 @@ def output_group() -> Iterator[None]:
     """Outputs written inside the block (through ``atomic_path``) belong together: each stays under
     its temporary name when complete, and all are renamed into place when the block ends normally.
     If it raises, every temporary file is removed, so a failure after the first output leaves
-    none of them new. Inside another group it joins that one."""
+    none of them new; a destination that cannot be replaced (a folder by now, a folder without
+    write permission) is found before the first rename. Inside another group it joins that one."""
     if _GROUP.get() is not None:
         yield
         return
@@ -213,20 +214,35 @@ def output_group() -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for tmp, _ in done:
-            tmp.unlink(missing_ok=True)
+        _discard(tmp for tmp, _ in done)
         raise
     finally:
         _GROUP.reset(token)
+    # What makes a rename fail predictably (a destination that became a folder, a folder no
+    # longer writable) is checked for all of them before the first, so it replaces nothing. A
+    # backup of each replaced file to restore instead was left out: the restore can fail for the
+    # same reasons, and hard links are not on every file system. What remains (a race, a file
+    # system turned read-only) is reported with the files already in place.
+    for _, path in done:
+        why = ("Is a directory" if path.is_dir()
+               else None if os.access(path.parent, os.W_OK | os.X_OK) else "Permission denied")
+        if why:
+            _discard(tmp for tmp, _ in done)
+            raise UserError(f"cannot be written ({why})", str(path))
     for i, (tmp, path) in enumerate(done):
         try:
             os.replace(tmp, path)
         except OSError as err:  # the earlier ones are in place: say so rather than hide it
-            for left, _ in done[i:]:
-                left.unlink(missing_ok=True)
+            _discard(left for left, _ in done[i:])
             moved = ", ".join(str(p) for _, p in done[:i])
             raise UserError(f"cannot be written ({err.strerror or err})"
                             + (f"; {moved} already written" if moved else ""), str(path)) from None
+
+
+def _discard(paths: Iterable[Path]) -> None:
+    for path in paths:
+        with suppress(OSError):  # a folder made read-only meanwhile: the error that matters is raised
+            path.unlink(missing_ok=True)
 
 
 @contextmanager
