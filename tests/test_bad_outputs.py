@@ -368,3 +368,25 @@ def test_ngram_build_writes_binary_and_arpa_or_neither(old, tmp_path, monkeypatc
                               str(binary), "--arpa", str(text), "--temp", str(tmp_path)])
     assert status == 0, err
     assert binary.read_bytes() != b"old model" and text.read_text().startswith("\\data\\")
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["new-files", "old-files"])
+@pytest.mark.parametrize("command", ["heatmap", "curves"])
+def test_analyse_writes_figure_and_csv_or_neither(command, old, tmp_path, tiny_run, monkeypatch):
+    """The figure stayed behind (replacing the old one) when writing --csv failed."""
+    from attnmt.data import corpus
+
+    png, csv = tmp_path / "fig.png", tmp_path / "fig.csv"
+    given = {"heatmap": ["--model", str(tiny_run), "--input", "a cat"], "curves": ["--run", str(tiny_run)]}
+    argv = ["analyse", command, *given[command], "--out", str(png), "--csv", str(csv)]
+    if old:
+        png.write_bytes(b"old figure")
+        csv.write_bytes(b"old csv")
+    _disk_full_for(monkeypatch, corpus, csv.name)
+    assert_fails(tmp_path, argv, (f"{csv}: cannot be written", "No space"))
+    assert (png.read_bytes() if old else png.exists()) == (b"old figure" if old else False)
+    assert not old or csv.read_bytes() == b"old csv"
+    monkeypatch.undo()  # the same command on a working disk writes both
+    status, _, err = run_cli(argv)
+    assert status == 0, err
+    assert png.read_bytes().startswith(b"\x89PNG") and len(csv.read_text(encoding="utf-8").splitlines()) > 1

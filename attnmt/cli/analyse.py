@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from attnmt.cli.subcommands import add_group
-from attnmt.data.corpus import atomic_output, check_output
+from attnmt.data.corpus import atomic_output, check_output, output_group
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
 
@@ -141,14 +141,15 @@ def run_heatmap(args: argparse.Namespace) -> int:
         check_output(args.csv, [args.out, *read], "--csv")
     member = load_members([args.model], args.checkpoint, args.device)[0]
     found = sentence_attention(member, args.input, args.target, args.beam, args.timing)
-    plot_heatmap(found.rows, found.src_pieces, found.tgt_pieces, args.out,
-                 f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {found.timing}")
-    if args.csv:
-        with atomic_output(args.csv, newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["target", *found.src_pieces])
-            for piece, row in zip(found.tgt_pieces, found.rows.tolist()):
-                writer.writerow([piece, *(f"{x:.4f}" for x in row)])
+    with output_group():  # --out and --csv: both files or, on a failure, neither
+        plot_heatmap(found.rows, found.src_pieces, found.tgt_pieces, args.out,
+                     f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {found.timing}")
+        if args.csv:
+            with atomic_output(args.csv, newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["target", *found.src_pieces])
+                for piece, row in zip(found.tgt_pieces, found.rows.tolist()):
+                    writer.writerow([piece, *(f"{x:.4f}" for x in row)])
     if found.translation is not None:  # printed once the figure is written: no output on failure
         print(found.translation)
     print(f"attnmt: wrote {args.out}", file=sys.stderr)

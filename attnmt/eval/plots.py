@@ -78,11 +78,12 @@ def plot_curves(runs: dict[str, str | Path], out: str | Path, csv_out: str | Pat
     ax.set_title("Learning curves (dev solid, training faint)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, out)
-    if csv_out:
-        from attnmt.data.corpus import write_lines
+    from attnmt.data.corpus import output_group, write_lines
 
-        write_lines(csv_out, ["run,kind,step,ppl"] + [f"{a},{b},{c},{d:.4f}" for a, b, c, d in rows])
+    with output_group():  # the figure and its CSV: both or, on a failure, neither
+        _save(fig, out)
+        if csv_out:
+            write_lines(csv_out, ["run,kind,step,ppl"] + [f"{a},{b},{c},{d:.4f}" for a, b, c, d in rows])
 
 
 def plot_lengths(rows: list[dict], systems: list[str], out: str | Path) -> None:
