@@ -197,3 +197,38 @@ def test_experiment_results_are_strict_json(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "base.json is not a readable result" in err and "evaluating base" in err
     assert json.loads(cached.read_text(encoding="utf-8"), parse_constant=no_constant)["bleu"] == result["bleu"]
+
+
+def test_experiment_scores_with_a_language_only_if_tgt_is_one(tmp_path, monkeypatch, capsys):
+    """--tgt is a file suffix, and it went to the tokenised BLEU as the language: with `attnmt data
+    synthetic`'s files (.src/.tgt) sacremoses took 'tgt' with partly other rules than English
+    ("isn't" -> "isn ' t"). A suffix that is no Moses language now scores as `score` without --lang."""
+    from attnmt.eval import scoring
+
+    assert scoring.bleu_lang("es") == "es" and scoring.bleu_lang("tgt") == scoring.bleu_lang("EN") == "en"
+    real, used = scoring.tokenized_bleu, []
+
+    def spy(hyps, refs, lang="en"):
+        used.append(lang)
+        return real(hyps, refs, lang)
+
+    monkeypatch.setattr(scoring, "tokenized_bleu", spy)
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.src").write_text("\n".join(SRC * 2) + "\n", encoding="utf-8")
+        (tmp_path / f"{split}.tgt").write_text("\n".join(TGT * 2) + "\n", encoding="utf-8")
+    out = tmp_path / "exp"
+    args = ["experiment", "luong", "--train", str(tmp_path / "train"), "--dev", str(tmp_path / "dev"),
+            "--test", str(tmp_path / "test"), "--src", "src", "--tgt", "tgt", "--out", str(out),
+            "--steps", "2", "--layers", "1", "--hidden", "8", "--vocab", "12", "--beam", "1",
+            "--test-lines", "2", "--set", "train.batch_size=4", "--rows", "base"]
+    assert main(args) == 0
+    assert used == ["en"]
+    cached = out / "results" / "base.json"
+    result = json.loads(cached.read_text(encoding="utf-8"))
+    assert result["settings"]["bleu_lang"] == "en"
+    # a result cached when 'tgt' was taken as the language is evaluated again
+    del result["settings"]["bleu_lang"]
+    cached.write_text(json.dumps(result), encoding="utf-8")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "evaluating base" in capsys.readouterr().err and used == ["en", "en"]

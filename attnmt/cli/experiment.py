@@ -19,7 +19,8 @@ def _add_luong(exp: argparse._SubParsersAction) -> None:
     q.add_argument("--dev", required=True, help="dev corpus (perplexity during training)")
     q.add_argument("--test", required=True, help="test corpus (BLEU, perplexity)")
     q.add_argument("--src", default="en", help="source language suffix")
-    q.add_argument("--tgt", default="es", help="target language suffix")
+    q.add_argument("--tgt", default="es", help="target language suffix (also the tokenised BLEU's language "
+                   "when the Moses tokenizer knows it, else its default, en)")
     q.add_argument("--out", required=True, metavar="DIR", help="experiment directory (resumable)")
     q.add_argument("--steps", type=int, default=1000, help="updates per trained row; 0 = config epochs")
     q.add_argument("--layers", type=int, default=2)

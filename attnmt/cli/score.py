@@ -46,9 +46,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.hyp:
             raise UserError("give --hyp (to score translations) or --model and --src (perplexity)")
-        from attnmt.eval.scoring import score_files
+        from attnmt.eval.scoring import DEFAULT_LANG, score_files
 
-        result = score_files(args.hyp, args.ref, "en" if args.lang is None else args.lang)
+        result = score_files(args.hyp, args.ref, DEFAULT_LANG if args.lang is None else args.lang)
     if args.json:
         print(dumps(result))
     else:

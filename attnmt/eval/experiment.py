@@ -186,8 +186,9 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     from attnmt.eval.perplexity import perplexity_report
     from attnmt.decode.ensemble import load_translator
     from attnmt.decode.unk_replace import load_dictionary, replace_unks, target_rank
-    from attnmt.eval.scoring import score_all
+    from attnmt.eval.scoring import bleu_lang, score_all
 
+    lang = bleu_lang(s.tgt)  # --tgt is a file suffix: 'tgt' (attnmt data synthetic) is no language
     translator = load_translator([str(r) for r in runs], "best", "auto")
     start = time.time()
     key = (tuple(str(r) for r in runs), s.beam, tuple(src))
@@ -202,14 +203,14 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
         return [h[0].text if h and line.strip() else "" for line, h in zip(src, res)]
 
     if row.unk:
-        result["bleu_before_replace"] = score_all(first(results), ref, s.tgt)["bleu"]
+        result["bleu_before_replace"] = score_all(first(results), ref, lang)["bleu"]
         members = translator.runs
         if s.dictionary:
             copied, _ = replace_unks(members, src, results, None)
-            result["bleu_copy_only"] = score_all(first(copied), ref, s.tgt)["bleu"]
+            result["bleu_copy_only"] = score_all(first(copied), ref, lang)["bleu"]
         dictionary = load_dictionary(s.dictionary, target_rank(members[0].tgt_tok)) if s.dictionary else None
         paper, _ = replace_unks(members, src, results, dictionary, timing="paper")
-        result["bleu_paper_timing"] = score_all(first(paper), ref, s.tgt)["bleu"]
+        result["bleu_paper_timing"] = score_all(first(paper), ref, lang)["bleu"]
         results, stats = replace_unks(members, src, results, dictionary)
         result.update(unk_replaced=stats.unks, unk_from_dictionary=stats.from_dictionary)
     hyps = first(results)
@@ -217,7 +218,7 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     result["unk_in_output"] = sum(h.count("<unk>") for h in hyps)
     (s.out / "hyp").mkdir(exist_ok=True)
     write_lines(s.out / "hyp" / f"{row.name}.txt", hyps)
-    result.update(score_all(hyps, ref, s.tgt))
+    result.update(score_all(hyps, ref, lang))
     if len(runs) == 1:
         report = perplexity_report(str(runs[0]), str(s.out / f"test.{s.tgt}"), batch_tokens=4000,
                                    source=str(s.out / f"test.{s.src}"))
@@ -227,9 +228,14 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
 
 def eval_settings(s: Settings) -> dict:
     """What a cached results/<row>.json depends on besides the trained models."""
-    return {"test": str(Path(s.test).absolute()), "test_lines": s.test_lines, "beam": s.beam,
-            "dictionary": str(Path(s.dictionary).absolute()) if s.dictionary else None,
-            "src": s.src, "tgt": s.tgt}
+    from attnmt.eval.scoring import bleu_lang
+
+    settings = {"test": str(Path(s.test).absolute()), "test_lines": s.test_lines, "beam": s.beam,
+                "dictionary": str(Path(s.dictionary).absolute()) if s.dictionary else None,
+                "src": s.src, "tgt": s.tgt}
+    if bleu_lang(s.tgt) != s.tgt:  # results cached when --tgt was taken as the language are stale;
+        settings["bleu_lang"] = bleu_lang(s.tgt)  # those of a real language code stay valid
+    return settings
 
 
 def read_result(path: Path) -> dict | None:

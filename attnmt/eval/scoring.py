@@ -24,6 +24,17 @@ def moses_languages() -> list[str]:
     return sorted(set(NonbreakingPrefixes().available_langs.values()) | {"ja", "ko", "cjk"})
 
 
+DEFAULT_LANG = "en"  # the tokenised BLEU's rules when no language is given (score without --lang)
+
+
+def bleu_lang(code: str) -> str:
+    """The language for the tokenised BLEU of a corpus whose target files end in ``.code``: the
+    code itself if the Moses tokenizer has rules for it, else :data:`DEFAULT_LANG`, as ``score``
+    without --lang. A suffix need not be a language (``tgt`` of ``attnmt data synthetic``), and
+    sacremoses would give such a code partly other rules than English without a word."""
+    return code if code in moses_languages() else DEFAULT_LANG
+
+
 def check_lang(lang: str) -> str:
     """``lang`` if the Moses tokenizer has rules for it, else a one-line error naming --lang."""
     known = moses_languages()
