@@ -16,6 +16,10 @@ BEAM ?= 5
 STAMP := .make
 
 DATA := $(if $(CORPUS),$(CORPUS),data/bible)
+# the tokenised BLEU's language: TGT if the Moses tokenizer has rules for it, else score's default
+# (a suffix such as the synthetic data's tgt is no language, and score refuses it as --lang).
+# Expanded with demo's commands, after setup has installed attnmt.
+BLEU_LANG = $(shell $(PYTHON) -c 'from attnmt.eval.scoring import bleu_lang; print(bleu_lang("$(TGT)"))')
 
 .PHONY: demo test setup clean-demo
 
@@ -35,7 +39,7 @@ endif
 	    --set data.train=$(DATA)/train --set data.dev=$(DATA)/dev --set data.src=$(SRC) --set data.tgt=$(TGT)
 	$(PYTHON) -m attnmt translate --model $(RUN) --input $(DATA)/test.$(SRC) --output $(RUN)/test.hyp.$(TGT) \
 	    --beam $(BEAM) --batch-size 64
-	$(PYTHON) -m attnmt score --hyp $(RUN)/test.hyp.$(TGT) --ref $(DATA)/test.$(TGT) --lang $(TGT)
+	$(PYTHON) -m attnmt score --hyp $(RUN)/test.hyp.$(TGT) --ref $(DATA)/test.$(TGT) --lang $(BLEU_LANG)
 	$(PYTHON) -m attnmt analyse heatmap --model $(RUN) --input "$$(head -n 1 $(DATA)/test.$(SRC))" \
 	    --out $(RUN)/heatmap.png
 	@echo "translations: $(RUN)/test.hyp.$(TGT)   heatmap: $(RUN)/heatmap.png"

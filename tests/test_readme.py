@@ -96,3 +96,21 @@ def test_make_demo_gives_each_corpus_its_own_run():
     assert run_dir("CORPUS=mine", "SRC=es", "TGT=en") == "runs/demo-mine-es-en"
     assert run_dir("SRC=es", "TGT=en") == "runs/demo-es-en"
     assert run_dir("CORPUS=mine", "RUN=runs/x") == "runs/x"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_scores_with_a_language_only_if_tgt_is_one():
+    """`make demo` passed TGT to `score --lang`, which refuses a suffix that is no language (tgt, of
+    attnmt data synthetic) after 11 minutes of training; such a TGT scores with score's default."""
+    import os
+    import sys
+
+    def lang(*variables: str) -> str:
+        env = dict(os.environ, PYTHONPATH=str(README.parent))  # this checkout's attnmt
+        out = subprocess.run(["make", "-n", "-C", str(README.parent), "demo", f"PYTHON={sys.executable}",
+                              *variables], capture_output=True, text=True, check=True, env=env).stdout
+        return re.search(r"attnmt score .* --lang (\S+)$", out, re.M).group(1)
+
+    assert lang() == "es"
+    assert lang("CORPUS=data/synthetic", "SRC=src", "TGT=tgt") == "en"
+    assert lang("CORPUS=mine", "SRC=es", "TGT=de") == "de"
