@@ -3,6 +3,7 @@ whole bible build against a fake ``mod2imp`` (no network, no apt, no real SWORD 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import stat
@@ -266,10 +267,13 @@ def test_build_bible_end_to_end_and_idempotent(tmp_path):
     assert _snapshot(out) == before  # nothing rewritten
     bible.build_bible(out, tools=tools, install=False, force=True, say=quiet)
     assert {k: v[0] for k, v in _snapshot(out).items()} == {k: v[0] for k, v in before.items()}
-    # a damaged output is rebuilt
+    # a changed output (damaged, or edited by its user) is not replaced without force
     (out / "dev.es").write_text("tampered\n", "utf-8")
     assert not outputs.is_complete(out, outputs.read_manifest(out)["config"])
-    bible.build_bible(out, tools=tools, install=False, say=quiet)
+    with pytest.raises(UserError, match="dev.es: already exists with other content"):
+        bible.build_bible(out, tools=tools, install=False, say=quiet)
+    assert (out / "dev.es").read_text("utf-8") == "tampered\n"
+    bible.build_bible(out, tools=tools, install=False, force=True, say=quiet)
     assert (out / "dev.es").read_bytes() == before["dev.es"][0]
     # KJV English side
     bible.build_bible(tmp_path / "kjv", english="kjv", tools=tools, install=False, say=quiet)
@@ -304,6 +308,60 @@ def test_builds_leave_no_temporary_files(tmp_path):
         [f"{s}.{e}" for s in ("train", "dev", "test") for e in ("en", "es", "keys")]
         + ["align_log.tsv", "manifest.json"]
     )
+
+
+def _refused(root: Path, argv: list[str], words: tuple[str, ...]) -> None:
+    """The build stops as a user error (status 2, its last line an error naming ``words``, after
+    the progress lines) and nothing under ``root`` changes."""
+    from bad_input_zoo import run_cli
+
+    def state():
+        return {p: (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+    before = state()
+    status, out, err = run_cli(argv)
+    assert status == 2 and "Traceback" not in err and out == "", (status, err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("attnmt: error: ") and all(w in last for w in words), last
+    assert state() == before
+
+
+def test_bible_never_overwrites_other_files_without_force(tmp_path):
+    """attnmt data bible wrote DIR/train.en (...) over a user's own file of the same name, and over
+    a build with other settings (--english kjv over web), without a word."""
+    from bad_input_zoo import run_cli
+
+    tools = _fixture_modules(tmp_path / "sword")
+    out = tmp_path / "b"
+    out.mkdir()
+    (out / "train.en").write_text("my own corpus\n", "utf-8")
+    argv = ["data", "bible", "--out", str(out), "--mod2imp", tools.mod2imp, "--sword-path", tools.sword_path]
+    _refused(tmp_path, argv, (str(out / "train.en"), "--force"))
+    assert [p.name for p in out.iterdir()] == ["train.en"]  # refused before anything was written
+    assert (out / "train.en").read_text("utf-8") == "my own corpus\n"
+    assert run_cli(argv + ["--force"])[0] == 0
+    built = _snapshot(out)
+    assert built["train.en"][0].startswith(b"WEB Genesis")
+    # the same settings without a manifest (a build cut off before it): same bytes, nothing rewritten
+    (out / "manifest.json").unlink()
+    status, _, err = run_cli(argv)
+    assert status == 0, err
+    now = _snapshot(out)
+    assert now.pop("manifest.json")[0] == built["manifest.json"][0]
+    assert now == {k: v for k, v in built.items() if k != "manifest.json"}
+    # another build of the same --english (here: an older format) is this builder's: replaced
+    man = outputs.read_manifest(out)
+    (out / "train.en").write_text("an older format\n", "utf-8")
+    man["config"]["format"], man["files"]["train.en"] = 0, outputs.sha256_file(out / "train.en")
+    (out / "manifest.json").write_text(json.dumps(man), "utf-8")
+    assert run_cli(argv)[0] == 0
+    assert {k: v[0] for k, v in _snapshot(out).items()} == {k: v[0] for k, v in built.items()}
+    # a build with other settings is not
+    before = _snapshot(out)
+    _refused(tmp_path, argv + ["--english", "kjv"], ("train.en: already exists", "--force"))
+    assert _snapshot(out) == before
+    assert run_cli(argv + ["--english", "kjv", "--force"])[0] == 0
+    assert (out / "train.en").read_text("utf-8").startswith("KJV Genesis")
 
 
 # ---------------------------------------------------------------- domains
@@ -547,3 +605,33 @@ def test_data_bible_without_install_names_the_packages(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "libsword-utils" in err and "--install" in err, err
     assert ran == [] and not (tmp_path / "b").exists()
+
+
+def test_domains_never_overwrite_other_files_without_force(tmp_path, monkeypatch):
+    """attnmt data domains wrote DIR/<domain>/train.txt (...) over files it had not written."""
+    from bad_input_zoo import run_cli
+
+    monkeypatch.setitem(domains.PRODUCERS, "man", lambda src: iter(f"man paragraph {i} of prose" for i in range(60)))
+    text = tmp_path / "notes.txt"
+    text.write_text("".join(f"note number {i}\n" for i in range(40)), "utf-8")
+    out = tmp_path / "dom"
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / "train.txt").write_text("my own notes\n", "utf-8")
+    argv = ["data", "domains", "--out", str(out), "--domains", "man", "--add", f"notes={text}"]
+    _refused(tmp_path, argv, (str(out / "notes" / "train.txt"), "--force"))
+    # the domain holding that file was built first: the other one was not written either
+    assert [p.name for p in out.iterdir()] == ["notes"]
+    assert [p.name for p in (out / "notes").iterdir()] == ["train.txt"]
+    status, _, err = run_cli(argv + ["--force"])
+    assert status == 0, err
+    assert (out / "notes" / "train.txt").read_text("utf-8").startswith("note number 0\n")
+    # a changed --add file replaces its domain's earlier build (no --force: that build is ours)
+    text.write_text("".join(f"changed note {i}\n" for i in range(40)), "utf-8")
+    assert run_cli(argv)[0] == 0
+    assert (out / "notes" / "train.txt").read_text("utf-8").startswith("changed note 0\n")
+    # an output edited since is not
+    (out / "man" / "dev.txt").write_text("edited\n", "utf-8")
+    _refused(tmp_path, argv, (str(out / "man" / "dev.txt"), "--force"))
+    assert (out / "man" / "dev.txt").read_text("utf-8") == "edited\n"
+    assert run_cli(argv + ["--force"])[0] == 0
+    assert (out / "man" / "dev.txt").read_text("utf-8") != "edited\n"

@@ -40,8 +40,12 @@ def _overwrite_arg(p: argparse.ArgumentParser) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    # a build replaces its own earlier output (same settings, files as it wrote them); a file it
+    # did not write (a user's own train.en, a build with other settings) needs --force
     p.add_argument("--force", action="store_true",
-                   help="rebuild even if DIR already holds a complete identical build")
+                   help="rebuild even if DIR already holds a complete identical build, and overwrite "
+                   "files of the same names that no earlier build with these settings wrote (without "
+                   "it such a file stops the build before anything is written)")
 
 
 # ---------------------------------------------------------------- bible

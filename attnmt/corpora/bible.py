@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnmt.corpora import debian, outputs
-from attnmt.data.corpus import write_lines
 from attnmt.corpora.sword import (
     JUNCTION,
     SwordTools,
@@ -264,24 +263,20 @@ def split_pairs(pairs: list[Pair]) -> dict[str, list[Pair]]:
 # ---------------------------------------------------------------- the build
 
 
-def write_corpus(out: Path, pairs: list[Pair], log: list[LogRow], config: dict, info: dict) -> dict:
-    """Write the split files, the log and (last) the manifest; returns per-split counts."""
-    outputs.invalidate(out)
-    files, counts = [], {}
+def corpus_files(pairs: list[Pair], log: list[LogRow]) -> tuple[dict[str, str], dict]:
+    """The split files and the log (name -> text), and the per-split counts."""
+    files, counts = {}, {}
     for split, ps in split_pairs(pairs).items():
         for ext, get in (("en", lambda p: p.en), ("es", lambda p: p.es), ("keys", lambda p: p.key)):
-            write_lines(out / f"{split}.{ext}", [get(p) for p in ps])
-            files.append(f"{split}.{ext}")
+            files[f"{split}.{ext}"] = outputs.text_of(get(p) for p in ps)
         counts[split] = {
             "pairs": len(ps),
             "en_words": sum(len(p.en.split()) for p in ps),
             "es_words": sum(len(p.es.split()) for p in ps),
         }
     header = "en_keys\tes_keys\tdice\tkept\treason"
-    write_lines(out / "align_log.tsv", [header] + [r.line() for r in log])
-    files.append("align_log.tsv")
-    outputs.write_manifest(out, config, files, {**info, "splits": counts})
-    return counts
+    files["align_log.tsv"] = outputs.text_of([header] + [r.line() for r in log])
+    return files, counts
 
 
 def build_bible(
@@ -292,8 +287,10 @@ def build_bible(
     force: bool = False,
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> dict:
-    """Build the corpus into ``out`` unless an identical complete build is already there.
-    Returns the manifest's info (counts per split, sources)."""
+    """Build the corpus into ``out`` unless an identical complete build is already there. Files
+    of the same names that no earlier build of this ``english`` wrote stop it before anything is
+    written, unless ``force`` (outputs.write_build). Returns the manifest's info (counts per
+    split, sources)."""
     if english not in ("web", "kjv"):
         raise UserError(f"--english must be web or kjv, not {english!r}")
     out = Path(out)
@@ -326,8 +323,11 @@ def build_bible(
         "realigned_segments": sum(1 for r in log if r.kept and r.reason == "realigned"),
         "range_keys": sum(1 for p in pairs if "-" in p.key),
     }
-    out.mkdir(parents=True, exist_ok=True)
-    counts = write_corpus(out, pairs, log, config, info)
+    files, counts = corpus_files(pairs, log)
+    # an earlier build of the same --english (another format, other module versions) is replaced;
+    # anything else of the same names (a user's own train.en, a --english kjv build) needs --force
+    outputs.write_build(out, files, config, {**info, "splits": counts},
+                        {"corpus": "bible", "english": english}, force)
     say(
         f"attnmt: {out}: {len(pairs)} pairs ("
         + ", ".join(f"{s} {c['pairs']}" for s, c in counts.items()) + ")"

