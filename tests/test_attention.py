@@ -161,3 +161,23 @@ def test_memory_select_carries_cached_values_that_select_themselves(rows, index,
     assert want.keys is want.values and "_cache" not in want.__dict__
     assert torch.equal(selected.mask, mask[kept])
     assert torch.equal(selected.lengths, mask[kept].sum(1))
+
+
+@pytest.mark.parametrize("score", ["dot", "general"])
+@pytest.mark.parametrize("rows", [1, 3])
+def test_decoding_path_equals_the_autograd_path(score, rows):
+    # without autograd, dot/general take softmax(q Kᵀ + b) with the mask as a bias cached on
+    # the memory: the same numbers, bit for bit, padding included, for shared beam entries too
+    torch.manual_seed(0)
+    att = GlobalAttention(score, 8, 8)
+    lengths = torch.tensor([6, 2, 4])
+    values, mask = torch.randn(3, 6, 8), lengths_to_mask(lengths, 6)
+    query = torch.randn(3 * rows, 2, 8)
+    with torch.no_grad():
+        memory = att.prepare(values, mask).repeat_rows(rows)
+        context, weights = att(query, memory)
+        again = att(query, memory)  # the cached bias
+    expected = att(query, memory)  # autograd on: masked_softmax
+    assert torch.equal(context, expected[0]) and torch.equal(weights, expected[1])
+    assert torch.equal(again[0], context)
+    assert (weights.view(3, rows, 2, 6)[1, ..., 2:] == 0).all()  # sentence 2 has 2 words

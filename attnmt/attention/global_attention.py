@@ -130,6 +130,8 @@ class GlobalAttention(nn.Module):
         positions: torch.Tensor | None = None,
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if not torch.is_grad_enabled() and self.score_kind in ("dot", "general"):
+            return self._decode(query, memory)
         S = memory.values.size(1)
         if memory.rows > 1:  # query rows r·k .. r·k+k-1 read entry r: one product per entry
             R, T, d = query.shape
@@ -144,6 +146,24 @@ class GlobalAttention(nn.Module):
         weights = masked_softmax(scores, memory.mask)  # a_t: (B, T, S)
         context = weights @ memory.values  # c_t = Σ_s a_t(s) h̄_s: (B, T, d)
         return context, weights
+
+    def _decode(self, query: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` without autograd for a dot or general score: eq. 7 as softmax(q Kᵀ + b)
+        with the mask as an additive bias b (0 or −inf, ``dot_scores``), taken once per memory,
+        so a search step is three ops (scores with the mask, softmax, context) rather than
+        rebuilding the mask from the boolean one at every step."""
+        keys_t, bias = memory.cached(
+            "global-scores", lambda m: (m.keys.transpose(1, 2), self.dot_scores(m)[1]))
+        R, T, d = query.shape
+        E = R // memory.rows  # query rows r·k .. r·k+k−1 read entry r
+        rows = query.reshape(E, memory.rows * T, d)
+        if rows.dtype == bias.dtype and not torch.is_autocast_enabled(query.device.type):
+            scores = torch.baddbmm(bias, rows, keys_t)  # (E, k·T, S)
+        else:
+            scores = (rows @ keys_t).float() + bias
+        weights = torch.softmax(scores, dim=-1)
+        context = weights.to(memory.values.dtype) @ memory.values  # c_t: (E, k·T, d)
+        return context.view(R, T, -1), weights.view(R, T, -1)
 
     def steps(self, memory: Memory) -> Callable:
         """``attend(query, positions, need_weights)``, equal to ``self(query, memory, positions,
