@@ -55,6 +55,28 @@ def test_cli_lengths_writes_tables_and_png(tmp_path, capsys):
                  "--out", str(out)]) == 2
 
 
+def test_cli_lengths_writes_all_three_outputs_or_none(tmp_path, monkeypatch):
+    import attnmt.eval.plots as plots
+    from attnmt.errors import UserError
+
+    src, ref = tmp_path / "s", tmp_path / "r"
+    src.write_text("a b c\nd e\n", encoding="utf-8")
+    ref.write_text("x y z\np q\n", encoding="utf-8")
+    out = tmp_path / "len"
+    out.mkdir()
+    (out / "lengths.md").write_text("the last run's table\n", encoding="utf-8")
+
+    def failing_plot(rows, names, path):
+        raise UserError("cannot draw", str(path))
+
+    monkeypatch.setattr(plots, "plot_lengths", failing_plot)
+    assert main(["analyse", "lengths", "--src", str(src), "--ref", str(ref), "--hyp", str(ref),
+                 "--out", str(out)]) == 2
+    # the figure failed after the tables were written: neither table is new, nothing left over
+    assert sorted(p.name for p in out.iterdir()) == ["lengths.md"]
+    assert (out / "lengths.md").read_text(encoding="utf-8") == "the last run's table\n"
+
+
 def _fake_log(run, points):
     run.mkdir(parents=True)
     with open(run / "log.jsonl", "w", encoding="utf-8") as f:

@@ -70,8 +70,9 @@ def run_lengths(args: argparse.Namespace) -> int:
             check_output(out / name, [args.src, args.ref, *args.hyp], "--out")
     rows = bleu_by_length(src, ref, hyps)
     out.mkdir(parents=True, exist_ok=True)
-    write_table(rows, out / "lengths.csv", out / "lengths.md")
-    plot_lengths(rows, names, out / "lengths.png")
+    with output_group():  # the table, its markdown and the figure: all three or none new
+        write_table(rows, out / "lengths.csv", out / "lengths.md")
+        plot_lengths(rows, names, out / "lengths.png")
     sys.stdout.write((out / "lengths.md").read_text(encoding="utf-8"))
     return 0
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from attnmt.config import Config, apply_overrides, save_config
-from attnmt.data.corpus import read_lines, read_parallel, write_lines
+from attnmt.data.corpus import output_group, read_lines, read_parallel, write_lines
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps, finite
 
@@ -356,5 +356,7 @@ def _figures(s: Settings, chosen: list[Row], runs: dict[str, Path], results: lis
         hyps = {label: read_lines(s.out / "hyp" / f"{r['row']}.txt") for label, r in systems.items()}
         rows = bleu_by_length(src, ref, hyps)
         (s.out / "lengths").mkdir(exist_ok=True)
-        write_length_table(rows, s.out / "lengths" / "lengths.csv", s.out / "lengths" / "lengths.md")
-        plot_lengths(rows, list(hyps), s.out / "lengths" / "lengths.png")
+        with output_group():  # lengths.csv, .md, .png: all three or none new
+            write_length_table(rows, s.out / "lengths" / "lengths.csv",
+                               s.out / "lengths" / "lengths.md")
+            plot_lengths(rows, list(hyps), s.out / "lengths" / "lengths.png")
