@@ -1,21 +1,22 @@
 """The hand-written LSTM backward passes (models/fused_rnn.py) give autograd's results.
 
-The input-feeding decoder's fused loop is checked against the decoder's generic step loop (taken
-when attention weights are requested) on the loss and every parameter gradient, and against
-numerical derivatives (gradcheck) with dropout on. The encoder's fused layer is covered by
+The input-feeding decoder's fused loop and its step loop (StepLoop, for the other attentions) are
+checked against the decoder's plain autograd loop (``_steppable`` off) on the loss and every
+parameter gradient, and against numerical derivatives (gradcheck) with dropout on. The encoder's fused layer is covered by
 tests/test_encoder_steps.py (it is the CPU training path there)."""
 
 import pytest
 import torch
 
 from attnmt.config import ModelConfig
-from attnmt.models.fused_rnn import input_feeding_loop, lstm_layer
+from attnmt.models.decoders import LuongDecoder
+from attnmt.models.fused_rnn import StepLoop, input_feeding_loop, lstm_layer
 from attnmt.models.seq2seq import Seq2Seq
 
 
-def _model(score: str, layers: int, dropout: float = 0.0) -> Seq2Seq:
-    cfg = ModelConfig(layers=layers, hidden=6, embed=5, attention="global", score=score,
-                      input_feed=True, dropout=dropout)
+def _model(score: str, layers: int, dropout: float = 0.0, attention: str = "global") -> Seq2Seq:
+    cfg = ModelConfig(layers=layers, hidden=6, embed=5, attention=attention, score=score,
+                      input_feed=True, dropout=dropout, window=2)
     torch.manual_seed(layers)
     return Seq2Seq(cfg, 15, 13, init_uniform=0.4).double()
 
@@ -47,7 +48,8 @@ def _loss_and_grads(model: Seq2Seq, need_weights: bool):
 
 @pytest.mark.parametrize("score", ["dot", "general", "location"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
-def test_fused_decoder_equals_step_loop(score, layers):
+def test_fused_decoder_equals_step_loop(score, layers, monkeypatch):
+    monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)  # autograd loop
     model = _model(score, layers)
     assert model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False)
     fused_loss, fused_state, fused = _loss_and_grads(model, need_weights=False)
@@ -58,6 +60,51 @@ def test_fused_decoder_equals_step_loop(score, layers):
     assert fused.keys() == loop.keys()
     for name in loop:
         torch.testing.assert_close(fused[name], loop[name], atol=1e-10, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("attention,score", [("local-p", "general"), ("local-m", "dot"),
+                                             ("global", "concat"), ("global", "general")])
+@pytest.mark.parametrize("layers", [1, 3])
+def test_step_loop_equals_the_autograd_loop(attention, score, layers, monkeypatch):
+    # StepLoop (local and concat attention, or any attention with its weights asked for) forms
+    # the weight gradients once for all steps; the plain loop lets autograd add them up
+    model = _model(score, layers, attention=attention)
+    assert model.decoder._steppable(model.encode(*_batch()[:2])["memory"])
+    step_loss, step_state, step = _loss_and_grads(model, need_weights=True)
+    monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)
+    loop_loss, loop_state, loop = _loss_and_grads(model, need_weights=True)
+    torch.testing.assert_close(step_loss, loop_loss, atol=1e-10, rtol=0)
+    for key in ("h", "c", "feed"):
+        torch.testing.assert_close(step_state[key], loop_state[key], atol=1e-10, rtol=0)
+    assert step.keys() == loop.keys()
+    for name in loop:
+        torch.testing.assert_close(step[name], loop[name], atol=1e-10, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_step_loop_gradcheck_with_dropout(layers):
+    """Numerical derivatives of every input of T steps of StepLoop with an attention stand-in
+    between them, dropout 0.3 between layers (masks fixed by reseeding each call)."""
+    torch.manual_seed(0)
+    B, T, H, L = 2, 3, 3, layers
+    d = lambda *shape: torch.randn(*shape, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    emb_gates, h0, c0, feed0 = d(T, B, 4 * H), d(B, L, H), d(B, L, H), d(B, H)
+    mix, w_c = d(H, 2), d(H, 2 + H)  # the stand-in attention, W_c over [c_t (2) ; h_t]
+    weights = [d(4 * H, 2 * H) for _ in range(L)]
+    biases = [d(4 * H) for _ in range(L - 1)]
+
+    def f(emb_gates, h0, c0, feed0, mix, w_c, *params):
+        torch.manual_seed(1)
+        loop = StepLoop(list(params[:L]), list(params[L:]), w_c, 0.3, B)
+        h, c, feed, out = list(h0.unbind(1)), list(c0.unbind(1)), feed0, []
+        for t in range(T):
+            h, c = loop.lstm(emb_gates[t], feed, h, c)
+            context = torch.tanh(h[-1] @ mix)  # (B, 2): any differentiable function of h_t
+            feed = loop.attentional(context, h[-1])
+            out.append(feed)
+        return torch.stack(out), c[0]
+
+    assert torch.autograd.gradcheck(f, (emb_gates, h0, c0, feed0, mix, w_c, *weights, *biases))
 
 
 def test_other_attentions_keep_the_step_loop():

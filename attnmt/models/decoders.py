@@ -24,7 +24,7 @@ from torch import nn
 from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
 from attnmt.models import packed
-from attnmt.models.fused_rnn import dropout, input_feeding_loop
+from attnmt.models.fused_rnn import StepLoop, dropout, input_feeding_loop
 from attnmt.models.packed import product
 
 
@@ -255,6 +255,51 @@ class LuongDecoder(nn.Module):
         )
         return features, {"h": h_n, "c": c_n, "feed": features[:, -1]}, None
 
+    def _stepped_features(
+        self, tgt_in: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory, start: int,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
+        """``features`` for any attention with the LSTM stack and W_c of fused_rnn.StepLoop (the
+        weight gradients formed once for all steps): the same function and gradients."""
+        rnn, E, T = self.rnn, self.embed_dim, tgt_in.size(1)
+        emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
+        emb_gates = product(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
+        weights = [torch.cat([rnn.weight_ih_l0[:, E:], rnn.weight_hh_l0], dim=1)]
+        biases = []
+        for layer in range(1, self.layers):
+            w_ih, w_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
+            weights.append(torch.cat([w_ih, w_hh], dim=1))
+            biases.append(getattr(rnn, f"bias_ih_l{layer}") + getattr(rnn, f"bias_hh_l{layer}"))
+        p = self.dropout.p if self.training else 0.0
+        loop = StepLoop(weights, biases, self.W_c.weight, p, tgt_in.size(0))
+        positions = torch.arange(start, start + T, device=tgt_in.device)
+        steps = getattr(self.attention, "steps", None)
+        attend = steps(memory) if steps is not None else (
+            lambda query, positions, need_weights: self.attention(query, memory, positions,
+                                                                  need_weights))
+        h, c, feed = list(state["h"].unbind(1)), list(state["c"].unbind(1)), state["feed"]
+        outputs, all_weights = [], []
+        for t, emb_gates_t in enumerate(emb_gates.unbind(1)):  # unbind: see features
+            h, c = loop.lstm(emb_gates_t, feed, h, c)
+            context, w_t = attend(h[-1].unsqueeze(1), positions[t : t + 1], need_weights)
+            feed = self.dropout(loop.attentional(context.squeeze(1), h[-1]))  # h̃_t, fed to t+1
+            outputs.append(feed)
+            if need_weights and w_t is not None:
+                all_weights.append(w_t)
+        weights_out = torch.cat(all_weights, dim=1) if all_weights else None
+        new_state = {"h": torch.stack(h, 1), "c": torch.stack(c, 1), "feed": feed}
+        return torch.stack(outputs, dim=1), new_state, weights_out
+
+    def _steppable(self, memory: Memory | None) -> bool:
+        """Teacher forcing with autograd on CPU, outside autocast, with an attention: StepLoop."""
+        return (
+            torch.is_grad_enabled()
+            and memory is not None
+            and self.attention is not None
+            and memory.values.device.type == "cpu"
+            and not torch.is_autocast_enabled("cpu")
+        )
+
     # -- run a block of target steps --------------------------------------------------------
     def forward(
         self,
@@ -285,6 +330,8 @@ class LuongDecoder(nn.Module):
         (B, T, H), instead of the logits (a loss can then apply W_s to some positions only)."""
         if self.input_feed and self._fusable(memory, need_weights):
             return self._fused_features(tgt_in, state, memory)
+        if self.input_feed and self._steppable(memory):
+            return self._stepped_features(tgt_in, state, memory, start, need_weights)
         T = tgt_in.size(1)
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
         positions = torch.arange(start, start + T, device=tgt_in.device)

@@ -11,7 +11,9 @@ is ONE product over all B·T rows at the end, e.g.
 
 Same functions, same gradients (tests/test_fused_rnn.py checks both against autograd); only the
 order of floating-point sums differs. Used by the LSTM encoder and the input-feeding decoder with
-dot/general/location attention when autograd is on, on CPU, outside autocast.
+dot/general/location attention when autograd is on, on CPU, outside autocast; with any other
+attention the decoder runs ``StepLoop``: the attention stays with autograd between the steps, and
+the LSTM stack and W_c get the same one-product weight gradients.
 
 LSTM cell (PyTorch's gate order i, f, g, o):
     [i, f, g, o] = [σ, σ, tanh, σ](W [x_t; h_{t-1}] + b)
@@ -269,3 +271,141 @@ def input_feeding_loop(
         emb_gates, h0, c0, feed0, keys, values, score_bias, w_c, float(dropout), len(weights),
         *weights, *biases,
     )
+
+
+# -- the input-feeding decoder with any attention, one step at a time ---------------------------
+class StepLoop:
+    """The LSTM stack and the attentional layer of the input-feeding decoder, for an attention
+    that runs between them with autograd (local, concat, or when its weights are wanted):
+
+        layer 0:  gates = emb_gates_t + W_0 [h̃_{t-1} ; h⁰_{t-1}]      (emb_gates: E half + b_0)
+        layer l:  gates = b_l + W_l [h^{l-1}_t ⊙ m^{l-1}_t ; h^l_{t-1}]
+        c_t, a_t = attention(h_t, memory)                              (outside, autograd)
+        h̃_t = tanh(W_c [c_t ; h_t])
+
+    Each step is one autograd node for the stack (``lstm``) and one for h̃_t (``attentional``),
+    whose backward does only the work the recurrence forces: ∂L/∂inputs, one product per layer.
+    The weight gradients Σ_t ∂L/∂gates_tᵀ [x_t ; h_{t-1}] are one product each over all B·T
+    rows, formed by step 0's backward, which runs last (every later step depends on its
+    outputs); autograd over a plain loop writes and adds a rank-B gradient T times per weight.
+    Products go through models/packed.py, in bfloat16 where ``bf16_products`` is on. Inter-layer
+    dropout masks m are drawn per step (rate ``dropout``)."""
+
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor], w_c: torch.Tensor,
+                 dropout: float, rows: int):
+        self.weights, self.biases, self.w_c, self.p, self.rows = weights, biases, w_c, dropout, rows
+        self.packed = [pack(w, rows) for w in weights]
+        self.w_c_packed = pack(w_c, rows)
+        self.packed_t: list | None = None  # Wᵀ for the backward, packed by its first call
+        self.w_c_t = None
+        self.inputs: list[list[torch.Tensor]] = [[] for _ in weights]  # left by each backward
+        self.d_gates: list[list[torch.Tensor]] = [[] for _ in weights]
+        self.cats: list[torch.Tensor] = []
+        self.d_pres: list[torch.Tensor] = []
+        self.steps = 0
+
+    def lstm(self, emb_gates_t: torch.Tensor, feed: torch.Tensor, h: list[torch.Tensor],
+             c: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """One step of the stack: emb_gates_t (B, 4H), h̃_{t-1} (B, H), h and c per layer ->
+        the new h and c per layer."""
+        self.steps += 1
+        L = len(self.weights)
+        out = _LSTMStep.apply(self, self.steps == 1, emb_gates_t, feed, *h, *c, *self.weights,
+                              *self.biases)
+        return list(out[:L]), list(out[L:])
+
+    def attentional(self, context: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+        """h̃_t = tanh(W_c [c_t ; h_t]) for c_t (B, d) and h_t (B, H)."""
+        return _AttentionalStep.apply(self, self.steps == 1, context, top, self.w_c)
+
+
+class _LSTMStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, loop, first, emb_gates_t, feed, *tensors):
+        L = len(loop.weights)
+        h_prev, c_prev = tensors[:L], tensors[L : 2 * L]
+        B, H = feed.size(0), h_prev[0].size(1)
+        x, inputs, acts, hs, cs, masks = feed, [], [], [], [], []
+        for layer in range(L):
+            inp = torch.cat([x, h_prev[layer]], dim=1)  # [x_t ; h_{t-1}]
+            if layer == 0:
+                gates = linear_add(inp, loop.packed[0], emb_gates_t)
+            else:
+                gates = linear(inp, loop.packed[layer], loop.biases[layer - 1])
+            act, c, h = torch.empty_like(gates), feed.new_empty(B, H), feed.new_empty(B, H)
+            _cell(gates, c_prev[layer], act, c, h)
+            inputs.append(inp)
+            acts.append(act)
+            hs.append(h)
+            cs.append(c)
+            if layer < L - 1:
+                masks.append(dropout_mask((B, H), loop.p, h) if loop.p > 0 else None)
+                x = h if masks[-1] is None else h * masks[-1]
+        ctx.loop, ctx.first, ctx.inputs, ctx.acts, ctx.masks = loop, first, inputs, acts, masks
+        ctx.save_for_backward(*c_prev, *cs)
+        return (*hs, *cs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        loop = ctx.loop
+        L = len(loop.weights)
+        saved = ctx.saved_tensors
+        c_prev, cs = saved[:L], saved[L:]
+        H = cs[0].size(1)
+        if loop.packed_t is None:
+            loop.packed_t = [pack(w.t(), loop.rows) for w in loop.weights]
+        zero = cs[0].new_zeros(cs[0].shape)
+        d_h_prev, d_c_prev = [None] * L, [None] * L
+        d_x = None
+        for layer in range(L - 1, -1, -1):
+            dh = grads[layer] if grads[layer] is not None else zero
+            if d_x is not None:
+                dh = dh + d_x
+            dc = grads[L + layer] if grads[L + layer] is not None else zero
+            d_gates = torch.empty_like(ctx.acts[layer])
+            d_c_prev[layer] = _cell_backward(ctx.acts[layer], cs[layer], c_prev[layer], dh, dc,
+                                             d_gates)
+            d_inp = linear(d_gates, loop.packed_t[layer])  # ∂L/∂gates W_l: (B, in + H)
+            n_in = d_inp.size(1) - H
+            d_h_prev[layer], d_x = d_inp[:, n_in:], d_inp[:, :n_in]
+            if layer > 0 and ctx.masks[layer - 1] is not None:
+                d_x = d_x * ctx.masks[layer - 1]
+            loop.inputs[layer].append(ctx.inputs[layer])
+            loop.d_gates[layer].append(d_gates)
+        d_emb = loop.d_gates[0][-1]
+        d_weights, d_biases = [None] * L, [None] * (L - 1)
+        if ctx.first:  # every later step's backward has run: Σ_t, one product per weight
+            d_all = [torch.cat(d) for d in loop.d_gates]
+            d_weights = [mm(d_all[layer].t(), torch.cat(loop.inputs[layer]))
+                         for layer in range(L)]
+            d_biases = [d_all[layer].sum(0) for layer in range(1, L)]
+            loop.inputs, loop.d_gates = [[] for _ in range(L)], [[] for _ in range(L)]
+        return (None, None, d_emb, d_x, *d_h_prev, *d_c_prev, *d_weights, *d_biases)
+
+
+class _AttentionalStep(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, loop, first, context, top, w_c):
+        cat = torch.cat([context, top], dim=1)  # [c_t ; h_t]
+        h_tilde = torch.tanh(linear(cat, loop.w_c_packed))
+        ctx.loop, ctx.first, ctx.cat, ctx.d = loop, first, cat, context.size(1)
+        ctx.save_for_backward(h_tilde)
+        return h_tilde
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_h_tilde):
+        loop = ctx.loop
+        (h_tilde,) = ctx.saved_tensors
+        d_pre = d_h_tilde * (1 - h_tilde * h_tilde)  # ∂L/∂(W_c [c_t ; h_t])
+        if loop.w_c_t is None:
+            loop.w_c_t = pack(loop.w_c.t(), loop.rows)
+        d_cat = linear(d_pre, loop.w_c_t)
+        loop.cats.append(ctx.cat)
+        loop.d_pres.append(d_pre)
+        d_w_c = None
+        if ctx.first:
+            d_w_c = mm(torch.cat(loop.d_pres).t(), torch.cat(loop.cats))
+            loop.cats, loop.d_pres = [], []
+        return None, None, d_cat[:, : ctx.d], d_cat[:, ctx.d :], d_w_c
