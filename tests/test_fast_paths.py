@@ -50,7 +50,8 @@ def test_step_attention_gradients_equal_plain_ones(monkeypatch):
 
 def test_local_step_attention_gradients_equal_plain_ones(monkeypatch):
     """local-m and local-p, both compositions, windows running past the ends of sentences of
-    lengths 7, 3, 9, 5: the memory's gradient scattered once for all steps is the plain one."""
+    lengths 7, 3, 9, 5: the memory's gradient scattered once for all steps, and W_p's and W_a's
+    formed once (StepLinear), are the plain ones."""
     for attention, composition, score in [("local-p", "paper", "general"), ("local-p", "inside", "dot"),
                                           ("local-m", "paper", "dot")]:
         for need_weights in (False, True):

@@ -55,7 +55,7 @@ from torch import nn
 from attnmt.attention import local_decoding
 from attnmt.attention.base import Memory
 from attnmt.attention.global_attention import ScoreFunction
-from attnmt.attention.window_products import WindowDot, WindowSum, gather_windows
+from attnmt.attention.window_products import StepLinear, WindowDot, WindowSum, gather_windows
 
 MODES = ("local-m", "local-p")
 COMPOSITIONS = ("paper", "inside")
@@ -141,11 +141,31 @@ class LocalAttention(nn.Module):
         logit = self.v_p(torch.tanh(projected)).squeeze(-1)  # v_pᵀ tanh(W_p h_t): (B, T)
         return self._window_tables(memory)["length"] * torch.sigmoid(logit.float())
 
+    def _query_weights(self, keys_projected: bool) -> list[torch.Tensor]:
+        """The weights of the per-step products of the query: W_aᵀ (general, unless the keys
+        are W_a h̄_s already), W_p (local-p); as F.linear weights (out, in)."""
+        weights = []
+        if self.score.kind == "general" and not keys_projected:
+            weights.append(self.score.W_a.weight.t())
+        if self.mode == "local-p":
+            weights.append(self.W_p.weight)
+        return weights
+
     def _queries(
-        self, query: torch.Tensor, keys_projected: bool
+        self, query: torch.Tensor, keys_projected: bool, steps: dict | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(the query the window scores use, W_p h_t or None). For `general` the score's query is
-        W_aᵀ h_t, unless the keys it meets are W_a h̄_s already (decoding)."""
+        W_aᵀ h_t, unless the keys it meets are W_a h̄_s already (decoding). In a loop of steps
+        (``steps``), both are one StepLinear of the stacked weights."""
+        stacked = steps and steps["stacked"]
+        if stacked is not None:
+            B, T, d = query.shape
+            y = StepLinear.apply(query.reshape(B * T, d), stacked, steps["projection"])
+            y = y.view(B, T, -1)
+            general = self.score.kind == "general" and not keys_projected
+            n = self.score.W_a.weight.size(1) if general else 0
+            score_query = y[..., :n] if general else query
+            return score_query, (y[..., n:] if self.mode == "local-p" else None)
         if self.score.kind == "general" and not keys_projected:
             score_query = query @ self.score.W_a.weight
         else:
@@ -206,13 +226,18 @@ class LocalAttention(nn.Module):
                 and (memory.keys.requires_grad or memory.values.requires_grad)):
             return lambda query, positions=None, need_weights=True: self(
                 query, memory, positions, need_weights)
-        pieces: dict[str, list] = {"scores": [], "context": []}
+        pieces: dict[str, list] = {"scores": [], "context": [], "projection": []}
+        # the per-step d × d products of the query, W_aᵀ h_t (general) and W_p h_t (local-p),
+        # stacked into one StepLinear whose weight gradient is also formed once
+        stacked = self._query_weights(memory.keys is not memory.values)
+        stacked = torch.cat(stacked) if stacked else None
         calls = [0]
 
         def attend(query, positions=None, need_weights=True):
             calls[0] += 1
             first = calls[0] == 1
             steps = {k: (v, first) for k, v in pieces.items()}
+            steps["stacked"] = stacked
             return self._train(query, memory, positions, need_weights, steps)
 
         return attend
@@ -226,7 +251,7 @@ class LocalAttention(nn.Module):
         E, S = memory.mask.shape
         tables = self._window_tables(memory)
         # keys = W_a h̄_s already when the memory was prepared for decoding
-        score_query, projected = self._queries(query, memory.keys is not memory.values)
+        score_query, projected = self._queries(query, memory.keys is not memory.values, steps)
         if self.mode == "local-m":
             p = centre = self._monotonic(query, memory, positions)  # (B, T)
         else:

@@ -4,6 +4,8 @@ A window is 2D+1 rows of a memory table (N, d) given by index rows (M, 2D+1). ``
 (scores x_mᵀ h̄_s) and ``WindowSum`` (contexts Σ a_m(s) h̄_s) are autograd functions that gather
 the window rows in bounded chunks (``CHUNK_ELEMENTS``), and again in backward, instead of keeping an
 (M, 2D+1, d) copy of the windows: training memory stays O(M·(D + d)) on top of the table.
+In a loop of steps (LocalAttention.steps) the table's gradient, and with ``StepLinear`` the
+query products' weight gradients, are formed once for all steps.
 """
 
 from __future__ import annotations
@@ -108,3 +110,29 @@ class WindowSum(torch.autograd.Function):
         grad_a = window_dot(grad.to(table.dtype), table, rows).to(a.dtype) if need_a else None
         grad_table = _table_grad(ctx, a, grad, rows, table.size(0)) if need_table else None
         return grad_a, grad_table, None, None
+
+
+class StepLinear(torch.autograd.Function):
+    """y = x Wᵀ for one step of a loop over the same weight W (local attention's W_p h_t and,
+    for `general`, W_aᵀ h_t, stacked), whose weight gradient Σ_t ∂L/∂y_tᵀ x_t is one product
+    over all steps: ``steps`` = (a list shared by the loop's steps, whether this is its first
+    step), as in _table_grad; autograd would write and add a rank-B gradient per step."""
+
+    @staticmethod
+    def forward(ctx, x, weight, steps):
+        ctx.save_for_backward(x, weight)
+        ctx.steps = steps
+        return F.linear(x, weight)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
+        pieces, first = ctx.steps
+        pieces.append((grad, x))
+        if not first:
+            return grad_x, None, None
+        grads, xs = (torch.cat(part) for part in zip(*pieces))
+        pieces.clear()
+        return grad_x, grads.t() @ xs, None
