@@ -69,8 +69,11 @@ def test_step_loop_equals_the_autograd_loop(attention, score, layers, monkeypatc
     # StepLoop (local and concat attention, or any attention with its weights asked for) forms
     # the weight gradients once for all steps; the plain loop lets autograd add them up
     model = _model(score, layers, attention=attention)
-    assert model.decoder._steppable(model.encode(*_batch()[:2])["memory"])
+    calls = []
+    lstm = StepLoop.lstm
+    monkeypatch.setattr(StepLoop, "lstm", lambda self, *a: calls.append(1) or lstm(self, *a))
     step_loss, step_state, step = _loss_and_grads(model, need_weights=True)
+    assert len(calls) == _batch()[2].size(1)  # one StepLoop step per target position
     monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)
     loop_loss, loop_state, loop = _loss_and_grads(model, need_weights=True)
     torch.testing.assert_close(step_loss, loop_loss, atol=1e-10, rtol=0)
