@@ -46,20 +46,24 @@ def _loss_and_grads(model: Seq2Seq, need_weights: bool):
     return loss.detach(), state, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def _assert_same(a, b):
+    """Two results of _loss_and_grads agree: loss, final state, every parameter gradient."""
+    (loss_a, state_a, grads_a), (loss_b, state_b, grads_b) = a, b
+    torch.testing.assert_close(loss_a, loss_b, atol=1e-10, rtol=0)
+    for key in ("h", "c", "feed"):
+        torch.testing.assert_close(state_a[key], state_b[key], atol=1e-10, rtol=0)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_b:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=1e-10, rtol=0, msg=name)
+
+
 @pytest.mark.parametrize("score", ["dot", "general", "location"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_fused_decoder_equals_step_loop(score, layers, monkeypatch):
     monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)  # autograd loop
     model = _model(score, layers)
     assert model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False)
-    fused_loss, fused_state, fused = _loss_and_grads(model, need_weights=False)
-    loop_loss, loop_state, loop = _loss_and_grads(model, need_weights=True)
-    torch.testing.assert_close(fused_loss, loop_loss, atol=1e-10, rtol=0)
-    for key in ("h", "c", "feed"):
-        torch.testing.assert_close(fused_state[key], loop_state[key], atol=1e-10, rtol=0)
-    assert fused.keys() == loop.keys()
-    for name in loop:
-        torch.testing.assert_close(fused[name], loop[name], atol=1e-10, rtol=0, msg=name)
+    _assert_same(_loss_and_grads(model, need_weights=False), _loss_and_grads(model, need_weights=True))
 
 
 @pytest.mark.parametrize("attention,score", [("local-p", "general"), ("local-m", "dot"),
@@ -72,16 +76,10 @@ def test_step_loop_equals_the_autograd_loop(attention, score, layers, monkeypatc
     calls = []
     lstm = StepLoop.lstm
     monkeypatch.setattr(StepLoop, "lstm", lambda self, *a: calls.append(1) or lstm(self, *a))
-    step_loss, step_state, step = _loss_and_grads(model, need_weights=True)
+    stepped = _loss_and_grads(model, need_weights=True)
     assert len(calls) == _batch()[2].size(1)  # one StepLoop step per target position
     monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)
-    loop_loss, loop_state, loop = _loss_and_grads(model, need_weights=True)
-    torch.testing.assert_close(step_loss, loop_loss, atol=1e-10, rtol=0)
-    for key in ("h", "c", "feed"):
-        torch.testing.assert_close(step_state[key], loop_state[key], atol=1e-10, rtol=0)
-    assert step.keys() == loop.keys()
-    for name in loop:
-        torch.testing.assert_close(step[name], loop[name], atol=1e-10, rtol=0, msg=name)
+    _assert_same(stepped, _loss_and_grads(model, need_weights=True))
 
 
 @pytest.mark.parametrize("layers", [1, 2])

@@ -234,12 +234,13 @@ class LuongDecoder(nn.Module):
             and getattr(self.attention, "dot_product_scores", False)
         )
 
-    def _fused_features(
-        self, tgt_in: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
-        """``features`` through fused_rnn.input_feeding_loop: the same function and gradients."""
+    def _loop_weights(
+        self, emb: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """For the CPU training loops (fused_rnn): layer 1's embedding half of the gates plus its
+        bias, W_ih[:, :E] emb + b_ih + b_hh for all steps; per layer W = [W_ih | W_hh] (layer 1
+        without its embedding columns); b_ih + b_hh of layers 2..L."""
         rnn, E = self.rnn, self.embed_dim
-        emb = dropout(self.embedding(tgt_in.t()), self.dropout.p, self.training)  # (T, B, E): time-major
         emb_gates = product(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
         weights = [torch.cat([rnn.weight_ih_l0[:, E:], rnn.weight_hh_l0], dim=1)]
         biases = []
@@ -247,6 +248,14 @@ class LuongDecoder(nn.Module):
             w_ih, w_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
             weights.append(torch.cat([w_ih, w_hh], dim=1))
             biases.append(getattr(rnn, f"bias_ih_l{layer}") + getattr(rnn, f"bias_hh_l{layer}"))
+        return emb_gates, weights, biases
+
+    def _fused_features(
+        self, tgt_in: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], None]:
+        """``features`` through fused_rnn.input_feeding_loop: the same function and gradients."""
+        emb = dropout(self.embedding(tgt_in.t()), self.dropout.p, self.training)  # (T, B, E): time-major
+        emb_gates, weights, biases = self._loop_weights(emb)
         p = self.dropout.p if self.training else 0.0
         keys, score_bias = self.attention.dot_scores(memory)
         features, h_n, c_n = input_feeding_loop(
@@ -261,15 +270,9 @@ class LuongDecoder(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
         """``features`` for any attention with the LSTM stack and W_c of fused_rnn.StepLoop (the
         weight gradients formed once for all steps): the same function and gradients."""
-        rnn, E, T = self.rnn, self.embed_dim, tgt_in.size(1)
+        T = tgt_in.size(1)
         emb = self.dropout(self.embedding(tgt_in))  # (B, T, E)
-        emb_gates = product(emb, rnn.weight_ih_l0[:, :E], rnn.bias_ih_l0 + rnn.bias_hh_l0)
-        weights = [torch.cat([rnn.weight_ih_l0[:, E:], rnn.weight_hh_l0], dim=1)]
-        biases = []
-        for layer in range(1, self.layers):
-            w_ih, w_hh = getattr(rnn, f"weight_ih_l{layer}"), getattr(rnn, f"weight_hh_l{layer}")
-            weights.append(torch.cat([w_ih, w_hh], dim=1))
-            biases.append(getattr(rnn, f"bias_ih_l{layer}") + getattr(rnn, f"bias_hh_l{layer}"))
+        emb_gates, weights, biases = self._loop_weights(emb)
         p = self.dropout.p if self.training else 0.0
         loop = StepLoop(weights, biases, self.W_c.weight, p, tgt_in.size(0))
         positions = torch.arange(start, start + T, device=tgt_in.device)
