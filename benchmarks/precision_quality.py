@@ -6,6 +6,10 @@ bfloat16 units), per seed, one run after the other; then each run's dev perplexi
 BLEU / chrF with the race's float32 beam search (beam 5, batches of 64).
 
     python benchmarks/precision_quality.py --data OUT/data --hidden 256 --updates 400 --seeds 1,2 [--out DIR]
+    python benchmarks/precision_quality.py --data OUT/data --attention local-p --score general --seeds 1,2,3
+
+(--attention / --score replace the race model's global attention, e.g. to check a local model,
+whose decoder trains through fused_rnn.StepLoop.)
 
 Prints one JSON line per run, then one JSON object with the paired differences (bf16 − float32)
 per seed, and a one-line summary.
@@ -24,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_race import ROOT, RaceError, attnmt_env, attnmt_translate, run, score  # noqa: E402
 
 
-def train_and_score(data: Path, run_dir: Path, hidden: int, updates: int, seed: int, amp: bool, threads: int) -> dict:
+def train_and_score(data: Path, run_dir: Path, hidden: int, updates: int, seed: int, amp: bool, threads: int,
+                    model_sets: tuple[str, ...] = ()) -> dict:
     env = attnmt_env(threads)
     attnmt = [sys.executable, "-m", "attnmt"]
     sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
             f"data.tgt_spm={data / 'spm.es.model'}", f"model.hidden={hidden}", f"train.threads={threads}",
-            f"train.max_steps={updates}", f"train.seed={seed}", f"train.amp={str(amp).lower()}"]
+            f"train.max_steps={updates}", f"train.seed={seed}", f"train.amp={str(amp).lower()}", *model_sets]
     cmd = attnmt + ["train", str(ROOT / "configs" / "race-lstm.yaml"), "--out", str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
@@ -61,19 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="runs/precision_quality")
+    ap.add_argument("--attention", help="model.attention instead of the race model's (global)")
+    ap.add_argument("--score", help="model.score instead of the race model's")
     args = ap.parse_args(argv)
     data, out = Path(args.data), Path(args.out)
     if not (data / "spm.en.model").is_file():
         print(f"precision_quality: {data / 'spm.en.model'}: missing (run benchmarks/peer_race.py first)",
               file=sys.stderr)
         return 2
+    model_sets = tuple(f"model.{key}={value}" for key, value in
+                       (("attention", args.attention), ("score", args.score)) if value)
     pairs = []
     try:
         for seed in (int(s) for s in args.seeds.split(",")):
             pair = {}
             for amp in (False, True):
                 rec = train_and_score(data, out / f"h{args.hidden}-s{seed}-{'bf16' if amp else 'fp32'}",
-                                      args.hidden, args.updates, seed, amp, args.threads)
+                                      args.hidden, args.updates, seed, amp, args.threads, model_sets)
                 print(json.dumps(rec), flush=True)
                 pair[amp] = rec
             if pair[True]["precision"] != "bf16 products":
@@ -83,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     except RaceError as err:
         print(f"precision_quality: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps({"hidden": args.hidden, "updates": args.updates, "bf16_minus_fp32": pairs}))
+    print(json.dumps({"hidden": args.hidden, "updates": args.updates, "model": list(model_sets),
+                      "bf16_minus_fp32": pairs}))
     print(f"hidden {args.hidden}, {args.updates} updates: bf16 − float32 per seed: "
           + "; ".join(f"seed {p['seed']}: dev ppl {p['dev_ppl']:+}, BLEU {p['bleu']:+}, train s {p['train_s']:+}"
                       for p in pairs))
