@@ -192,38 +192,55 @@ class PreEncoded:
         return self.model.step(prefix, state, enc, need_weights)
 
 
-def decode_workloads(kind: str, S: int, B: int, args, device: torch.device) -> dict:
-    """{beam: search call} for one attention kind, source length S and batch B."""
+def decode_workloads(S: int, B: int, args, device: torch.device) -> dict:
+    """{kind: {"prepare": call, beam: search call}} for source length S and batch B, the kinds of
+    KINDS and "global-again" (global once more, a control: global ÷ global-again is what two
+    identical searches differ by). One Seq2Seq decodes for every kind, its attention module
+    swapped in before each search: the LSTM layers, W_c, the output layer and their packed
+    copies are the same tensors, so the searches differ in their attention only. (With a model
+    per kind, the same computation on other copies of the 8 MB output layer and the LSTM
+    weights differed by up to 7 % between instances on an AMD EPYC, from where the copies lie
+    in memory: more than a batch-1 row differs by.)"""
+    from attnmt.attention import build_attention
     from attnmt.data.vocab import EOS
     from attnmt.decode.search import beam_search, greedy_search
 
     d = args.dim
-    score = args.global_score if kind == "global" else args.score
-    cfg = ModelConfig(layers=2, hidden=d, embed=d, attention=kind, score=score, input_feed=True,
-                      dropout=0.0, window=args.window)
+    config = lambda kind, score: ModelConfig(layers=2, hidden=d, embed=d, attention=kind,
+                                             score=score, input_feed=True, dropout=0.0,
+                                             window=args.window)
     torch.manual_seed(0)
-    model = Seq2Seq(cfg, 100, args.vocab).to(device).eval()
+    model = Seq2Seq(config("global", args.global_score), 100, args.vocab).to(device).eval()
     with torch.no_grad():
         model.decoder.W_s.bias[EOS] = -1e9  # every hypothesis runs the full --decode-steps
     g = torch.Generator().manual_seed(S)
     values = torch.randn(B, S, d, generator=g).to(device)
     mask = torch.ones(B, S, dtype=torch.bool, device=device)
-    with torch.no_grad():
-        enc = {"memory": model.decoder.attention.prepare(values, mask),
-               "h": torch.randn(B, 2, d, generator=g).to(device),
-               "c": torch.randn(B, 2, d, generator=g).to(device)}
-    wrapped = PreEncoded(model, enc)
+    h, c = (torch.randn(B, 2, d, generator=g).to(device) for _ in range(2))
     src = torch.zeros(B, 1, dtype=torch.long, device=device)
     lengths = torch.full((B,), S, dtype=torch.long)
     n = args.decode_steps
     limits = dict(max_len_ratio=0.0, max_len_extra=n, max_len_cap=n)
-    calls = {"prepare": lambda: model.decoder.attention.prepare(values, mask)}
-    for beam in args.beams:
-        if beam == 1:
-            calls[beam] = lambda: greedy_search(wrapped, src, lengths, **limits)
-        else:
-            calls[beam] = lambda beam=beam: beam_search(wrapped, src, lengths, beam, **limits)
-    return calls
+    loads = {}
+    for kind in (*KINDS, "global-again"):
+        attention_kind = "global" if kind == "global-again" else kind
+        score = args.global_score if attention_kind == "global" else args.score
+        torch.manual_seed(1)
+        attention = build_attention(config(attention_kind, score), d, d).to(device).eval()
+        with torch.no_grad():
+            enc = {"memory": attention.prepare(values, mask), "h": h, "c": c}
+        wrapped = PreEncoded(model, enc)
+
+        def search(beam: int, attention=attention, wrapped=wrapped):
+            model.decoder.attention = attention
+            if beam == 1:
+                return greedy_search(wrapped, src, lengths, **limits)
+            return beam_search(wrapped, src, lengths, beam, **limits)
+
+        calls = {"prepare": lambda attention=attention: attention.prepare(values, mask)}
+        calls.update({beam: lambda beam=beam, search=search: search(beam) for beam in args.beams})
+        loads[kind] = calls
+    return loads
 
 
 def paired_ms(fns: dict, device: torch.device, rounds: int) -> dict:
@@ -249,25 +266,29 @@ def quartiles(x: list[float]) -> list[float]:
     return [round(x[len(x) // 4], 3), round(statistics.median(x), 3), round(x[3 * len(x) // 4], 3)]
 
 
-def decode_rows(sizes, args, device) -> tuple[list[dict], dict]:
-    """The decode rows and, with --paired ROUNDS, the quartiles of each round's global/local
-    time ratio per (S, batch, beam, local kind)."""
-    rows, paired = [], {}
+def decode_rows(sizes, args, device) -> tuple[list[dict], dict, list[dict]]:
+    """The decode rows; with --paired ROUNDS, the quartiles of each round's global/local
+    time ratio per (S, batch, beam, local kind); and the control per (S, batch, beam): global's
+    time ÷ global-again's (quartiles with --paired)."""
+    rows, paired, control = [], {}, []
     for S in sizes:
         for B in args.decode_batches:
-            loads = {kind: decode_workloads(kind, S, B, args, device) for kind in KINDS}
+            loads = decode_workloads(S, B, args, device)
             with torch.no_grad():
                 prepare = fastest_ms({k: loads[k]["prepare"] for k in KINDS}, device, 0.0)
             for beam in args.beams:
-                calls = {k: loads[k][beam] for k in KINDS}
+                calls = {k: loads[k][beam] for k in (*KINDS, "global-again")}
                 if args.paired:
                     times = paired_ms(calls, device, args.paired)
                     best = {k: min(v) for k, v in times.items()}
-                    for local in KINDS[1:]:
+                    for local in (*KINDS[1:], "global-again"):
                         ratios = [g / l for g, l in zip(times["global"], times[local])]
                         paired[(S, B, beam, local)] = quartiles(ratios)
                 else:
                     best = fastest_ms(calls, device, args.min_time, min_reps=2)
+                control.append({"S": S, "batch": B, "beam": beam, "global_over_global_again":
+                                 paired.get((S, B, beam, "global-again"),
+                                            round(best["global"] / best["global-again"], 3))})
                 words = B * args.decode_steps
                 for kind in KINDS:
                     rows.append({"S": S, "kind": kind, "batch": B, "beam": beam,
@@ -275,7 +296,7 @@ def decode_rows(sizes, args, device) -> tuple[list[dict], dict]:
                                  "word_ms": round(best[kind] / words, 4),
                                  "prepare_ms": round(prepare[kind], 4)})
             del loads
-    return rows, paired
+    return rows, paired, control
 
 
 def main() -> None:
@@ -331,7 +352,7 @@ def main() -> None:
                     key = f"{m}_{unit}"
                     ratio[key] = round(by[(S, "global")][key] / max(by[(S, local)][key], 1e-9), 2)
             ratios.append(ratio)
-    decoded, paired = decode_rows(sizes, args, device) if decode else ([], {})
+    decoded, paired, control = decode_rows(sizes, args, device) if decode else ([], {}, [])
     dec = {(r["S"], r["batch"], r["beam"], r["kind"]): r for r in decoded}
     decode_ratios = [
         {"S": S, "batch": B, "beam": K, "local": local,
@@ -350,7 +371,8 @@ def main() -> None:
     if decode:
         config.update(decode_steps=args.decode_steps, paired_rounds=args.paired)
     print(json.dumps({"benchmark": "attention_scaling", **config, "rows": rows, "ratios": ratios,
-                      "decode": decoded, "decode_ratios": decode_ratios, "goals": goals}))
+                      "decode": decoded, "decode_ratios": decode_ratios, "decode_control": control,
+                      "goals": goals}))
 
     # summary: global/local-p at the largest S <= 4000 (the goal's reference point), and how
     # local-p's first measure moves from the smallest to the largest S
@@ -371,6 +393,9 @@ def main() -> None:
                   if "paired_quartiles" in r else "")
         parts.append(f"decode S={r['S']} B={r['batch']} beam={r['beam']} "
                      f"global/{r['local']} {r['word_ms']}x per word{spread};")
+    for r in control:
+        parts.append(f"control S={r['S']} B={r['batch']} beam={r['beam']} global/global-again "
+                     f"{r['global_over_global_again']};")
     for name, goal in goals.items():
         parts.append(f"goal {name}: {'met' if goal['met'] else 'NOT met'} ({goal['detail']});")
     print(" ".join(parts))
