@@ -15,7 +15,11 @@ For every S in --sizes, at fixed batch B, size d, target block T and window D, m
                 source, --decode-steps output words per sentence (</s> is never chosen), at each
                 batch size of --decode-batches; reported per output word (search time / words
                 produced, a beam hypothesis's step counting as 1/K of a word) and per step, with
-                the once-per-source attention.prepare() time (not in the per-word time)
+                the once-per-source attention.prepare() time (not in the per-word time).
+                One decoder runs every kind's search, its attention module swapped in (the
+                rest of the step is the same tensors), and a second global module is timed
+                as a control: "control" global ÷ global-again is what two identical searches
+                differ by on this machine
 
 (prepare() is inside the tf/feed measures, so global-general's W_a h̄_s is part of its cost.)
 Time: the fastest of several runs, in ms, of the calling thread's CPU time on CPU (with one
