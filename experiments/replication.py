@@ -51,6 +51,9 @@ LUONG = [  # Bible en→es, 2×256, BPE 8k, 1,000 updates (docs/RESULTS.md, issu
     # the control: local-m's score and source order with global attention, so local-m vs this
     # row changes one thing (the window)
     ("global-general-feed-inorder", "configs/global-dot-feed.yaml", ["model.score=general", "data.reverse_source=false"]),
+    # local-p with the source in order: against the same control, whether reversing is what keeps
+    # its position predictor off the diagonal at this budget (not a row of the paper)
+    ("local-p-general-feed-inorder", "configs/local-p-general-feed.yaml", ["data.reverse_source=false"]),
 ]
 LUONG_STEPS = 1000
 # the recipe the race against OpenNMT-py settled on (docs/results/race.md): Adam 0.003, 200 warm-up
