@@ -1,6 +1,7 @@
 """Issue 15: the seed reruns behind every ordering docs/RESULTS.md states (one training at a time).
 
     python experiments/replication.py luong  [--seed N] [--only NAME ...]   Table-1 and local rows, Bible
+    python experiments/replication.py luong  --steps 4000 --only NAME ...    the same rows, a longer budget
     python experiments/replication.py aer    [--seed N] [--only NAME ...]   alignment rows, synthetic gold
     python experiments/replication.py ngram-data                           the 5-domain LM split
     python experiments/replication.py ngram  [--seed N] [--only NAME ...]   NgramRes, multi-domain LM
@@ -92,6 +93,12 @@ def sh(cmd: list[str], log: Path | None = None) -> str:
     return out.stdout
 
 
+def luong_group(steps: int) -> str:
+    """The Luong rows' group: ``luong`` at the 1,000 updates of RESULTS.md's table, else
+    ``luong-<steps>`` (a longer budget's runs beside them, never mixed into their means)."""
+    return "luong" if steps == LUONG_STEPS else f"luong-{steps}"
+
+
 def run_dir(group: str, name: str, seed: int) -> Path:
     return EXP / group / (name if seed == 1 else f"{name}-seed{seed}")
 
@@ -118,10 +125,10 @@ def train(run: Path, config: str, steps: int, overrides: list[str], seed: int) -
 
 def luong(args) -> None:
     for name, config, overrides in LUONG:
-        run = run_dir("luong", name, args.seed)
+        run = run_dir(luong_group(args.steps), name, args.seed)
         if (args.only and name not in args.only) or (run / "result.json").exists():
             continue
-        train(run, config, LUONG_STEPS, LUONG_DATA + overrides, args.seed)
+        train(run, config, args.steps, LUONG_DATA + overrides, args.seed)
         hyp = run / "test.hyp"
         sh([*ATTNMT, "translate", "--model", str(run), "-i", f"{BIBLE}/test.en", "-o", str(hyp), "--beam", "5",
             "--batch-size", "64"])
@@ -272,8 +279,11 @@ def report(args) -> None:
     table("luong", luong_order, "test BLEU", lambda r: r["bleu"])
     table("luong", luong_order, "test word ppl", lambda r: r["word_ppl"])
     table("luong", luong_order, "test ppl per piece", lambda r: r["ppl"])
-    local = ["global-general-feed-inorder", "local-m-general-feed"]
-    table("luong", local, "test BLEU, local-m vs its in-order global control", lambda r: r["bleu"])
+    local = ["global-general-feed-inorder", "local-m-general-feed", "local-p-general-feed-inorder"]
+    table("luong", local, "test BLEU, local-m and local-p vs their in-order global control",
+          lambda r: r["bleu"])
+    for group in sorted(p.name for p in EXP.glob("luong-*")):  # longer budgets
+        table(group, luong_order, "test BLEU", lambda r: r["bleu"])
     aer_order = [n for n, _, _ in AER]
     table("aer", aer_order, "AER", lambda r: r["aer"])
     table("aer", aer_order, "test BLEU", lambda r: r["bleu"])
@@ -310,7 +320,7 @@ def diagonal(args) -> None:
     src = (ROOT / BIBLE / "test.en").read_text(encoding="utf-8").splitlines()[: args.lines]
     ref = (ROOT / BIBLE / "test.es").read_text(encoding="utf-8").splitlines()[: args.lines]
     for name, _, _ in LUONG:
-        run_path = run_dir("luong", name, args.seed)
+        run_path = run_dir(luong_group(args.steps), name, args.seed)
         if name == "base" or (args.only and name not in args.only) or not (run_path / "result.json").exists():
             continue
         run = load_run(run_path, device="cpu")
@@ -341,6 +351,9 @@ def main() -> None:
     p.add_argument("--only", nargs="*")
     p.add_argument("--seed", type=int, default=1, help="train.seed; runs of seed N > 1 go to NAME-seedN/")
     p.add_argument("--lines", type=int, default=300, help="diagonal: the first N test pairs")
+    p.add_argument("--steps", type=int, default=LUONG_STEPS,
+                   help="luong, diagonal: the rows' budget in updates (runs of another budget than "
+                        f"{LUONG_STEPS} go to exp/replication/luong-<steps>/)")
     args = p.parse_args()
     os.chdir(ROOT)
     {"luong": luong, "aer": aer, "ngram-data": ngram_data, "ngram": ngram, "report": report,
