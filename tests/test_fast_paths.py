@@ -2,6 +2,7 @@
 per-step functions (memory gradient summed once) give the plain gradients; the decoder's cached step
 weights follow weight updates; beam search drops finished sentences without changing results."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -84,15 +85,17 @@ def test_cached_step_weights_follow_updates():
     assert [h[0].tokens for h in after] != [h[0].tokens for h in before]
 
 
-def test_cached_decoding_weights_follow_fused_adam_between_evaluations():
+@pytest.mark.parametrize("attention", ["global", "local-p"])
+def test_cached_decoding_weights_follow_fused_adam_between_evaluations(attention):
     """torch's fused Adam updates parameters in place without bumping their version counters; a
-    train → eval round trip (as the trainer's validation does) still decodes with the new weights:
-    the same perplexity and search as a fresh copy of the updated model."""
+    train → eval round trip (as the trainer's validation does) still decodes with the new weights
+    (the decoder's packed weights, local-p's predictor tables): the same perplexity and search as
+    a fresh copy of the updated model."""
     from attnmt.train.training import perplexity
 
     torch.manual_seed(0)
-    cfg = ModelConfig(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True,
-                      dropout=0.0)
+    cfg = ModelConfig(layers=2, hidden=16, embed=8, attention=attention, score="general", input_feed=True,
+                      dropout=0.0, window=2)
     model = Seq2Seq(cfg, 30, 25, init_uniform=0.3)
     batch = _batch()
     src = [row[: int(n)].tolist() for row, n in zip(batch.src, batch.src_lengths)]

@@ -432,3 +432,30 @@ def test_decoding_tables_follow_the_predictor_weights_and_longer_sources():
                 c_t, w_t = att(query[:, t : t + 1], memory, positions[t : t + 1])
                 torch.testing.assert_close(c_t, ref_context[:, t : t + 1], rtol=1e-5, atol=1e-6)
                 torch.testing.assert_close(w_t, ref_dense[:, t : t + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_decoding_tables_follow_a_fused_adam_step():
+    """Fused Adam updates the parameters in place without bumping their version counters, so
+    the tables kept on the module cannot tell its steps by their key. Leaving training mode (as
+    the trainer's validation does, ``model.eval()``) drops them: decoding after each step still
+    equals the training path."""
+    att = LocalAttention("local-p", "dot", 8, 8, window=2)
+    query, values, mask = _inputs(B=1, S=9, lengths=(9,), seed=9)
+    positions = torch.arange(12)
+    optimizer = torch.optim.Adam(att.parameters(), lr=0.3, fused=True)
+    before = att.W_p.weight.detach().clone()
+    for _ in range(3):
+        att.eval()
+        ref_context, ref_dense = _training_path(att, query, values, mask, positions)
+        with torch.no_grad():
+            memory = att.prepare(values, mask)
+            for t in range(12):
+                c_t, w_t = att(query[:, t : t + 1], memory, positions[t : t + 1])
+                torch.testing.assert_close(c_t, ref_context[:, t : t + 1], rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(w_t, ref_dense[:, t : t + 1], rtol=1e-5, atol=1e-6)
+        att.train()
+        context, _ = att(query, att.prepare(values, mask), positions, need_weights=False)
+        optimizer.zero_grad()
+        (context * values[:, :1]).sum().backward()  # a loss whose gradient moves p_t
+        optimizer.step()
+    assert not torch.allclose(att.W_p.weight, before)

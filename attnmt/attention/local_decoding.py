@@ -179,7 +179,8 @@ def _constant_tables(att: nn.Module, S: int, device: torch.device, dtype: torch.
     share them): the Gaussians, offsets, local-p's weights (``_position_weights``), and the
     positions −D..S+D−1 and slots 0..S+2D−1 (views of ranges kept for the longest S so far).
     Kept on the module until local-p's W_p or v_p changes (an in-place update bumps a version
-    counter, a move the data pointer), as the decoder keeps its packed weights: taking W_pᵀ
+    counter, a move the data pointer) or the module enters or leaves training (fused Adam bumps
+    no counter: ``LocalAttention.train``), as the decoder keeps its packed weights: taking W_pᵀ
     again cost ~130 µs of a 200 µs ``prepare`` per sentence."""
     D, W = att.window, 2 * att.window + 1
     weights = (att.W_p.weight, att.v_p.weight) if att.mode == "local-p" else ()
