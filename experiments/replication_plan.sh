@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 R="python experiments/replication.py"
 W="python experiments/window_attention.py"
 for seed in 1 2 3; do
-  # Luong Table-1 rows, the local rows and the in-order global control (Bible, 1,000 updates)
+  # Luong Table-1 rows, the local rows (local-p also in order) and the in-order global control
+  # (Bible, 1,000 updates)
   $R luong --seed $seed
   # alignment rows with the in-order global control (synthetic gold, 800 updates)
   $R aer --seed $seed
@@ -22,6 +23,11 @@ for seed in 1 2 3; do
   $W nmt --seed $seed --only transformer relative localness window-add-seg window-mul-seg window-add \
       window-mul window-add-seg-all window-add-all window-add-full paper-window-add-seg \
       paper-window-mul-seg paper-window-add paper-window-mul
+done
+# local-p against global dot at four times the budget (does the predictor find the diagonal?)
+for seed in 1 2 3; do
+  $R luong --steps 4000 --seed $seed --only local-p-general-feed global-dot-feed
+  $R diagonal --steps 4000 --seed $seed --only local-p-general-feed global-dot-feed
 done
 # classification: the saturating generated task is replaced by the harder one (attnmt data
 # agreement --hard) at a budget where models converge; domains as before
