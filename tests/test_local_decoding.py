@@ -413,25 +413,30 @@ def test_search_with_the_decoding_path_equals_the_training_path(monkeypatch, mod
                 assert h.score == pytest.approx(r.score, rel=1e-5, abs=1e-5)
 
 
+def _steps_equal_the_training_path(att, query, values, mask):
+    """Each of the 12 one-step decoding calls equals the training path, weights included."""
+    positions = torch.arange(12)
+    ref_context, ref_dense = _training_path(att, query, values, mask, positions)
+    with torch.no_grad():
+        memory = att.prepare(values, mask)
+        for t in range(12):
+            c_t, w_t = att(query[:, t : t + 1], memory, positions[t : t + 1])
+            torch.testing.assert_close(c_t, ref_context[:, t : t + 1], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(w_t, ref_dense[:, t : t + 1], rtol=1e-5, atol=1e-6)
+
+
 def test_decoding_tables_follow_the_predictor_weights_and_longer_sources():
     """The tables kept on the module between sentences (W_pᵀ, v_p, the positions) are taken
     again after an in-place update of W_p or v_p (as an optimizer step makes) and grow with a
     longer source: every decoding step still equals the training path."""
     att = LocalAttention("local-p", "dot", 8, 8, window=2)
-    positions = torch.arange(12)
     for lengths, S, update in (((9,), 9, None), ((9,), 9, "W_p"), ((4,), 4, "v_p"),
                                ((30,), 30, None), ((9,), 9, "W_p")):
         if update is not None:
             with torch.no_grad():
                 getattr(att, update).weight.mul_(-3.0)  # moves p_t, so windows change
         query, values, mask = _inputs(B=1, S=S, lengths=lengths, seed=S)
-        ref_context, ref_dense = _training_path(att, query, values, mask, positions)
-        with torch.no_grad():
-            memory = att.prepare(values, mask)
-            for t in range(12):
-                c_t, w_t = att(query[:, t : t + 1], memory, positions[t : t + 1])
-                torch.testing.assert_close(c_t, ref_context[:, t : t + 1], rtol=1e-5, atol=1e-6)
-                torch.testing.assert_close(w_t, ref_dense[:, t : t + 1], rtol=1e-5, atol=1e-6)
+        _steps_equal_the_training_path(att, query, values, mask)
 
 
 def test_decoding_tables_follow_a_fused_adam_step():
@@ -446,13 +451,7 @@ def test_decoding_tables_follow_a_fused_adam_step():
     before = att.W_p.weight.detach().clone()
     for _ in range(3):
         att.eval()
-        ref_context, ref_dense = _training_path(att, query, values, mask, positions)
-        with torch.no_grad():
-            memory = att.prepare(values, mask)
-            for t in range(12):
-                c_t, w_t = att(query[:, t : t + 1], memory, positions[t : t + 1])
-                torch.testing.assert_close(c_t, ref_context[:, t : t + 1], rtol=1e-5, atol=1e-6)
-                torch.testing.assert_close(w_t, ref_dense[:, t : t + 1], rtol=1e-5, atol=1e-6)
+        _steps_equal_the_training_path(att, query, values, mask)
         att.train()
         context, _ = att(query, att.prepare(values, mask), positions, need_weights=False)
         optimizer.zero_grad()
