@@ -10,16 +10,18 @@ import torch.nn.functional as F
 from attnmt.models import packed
 
 
+@pytest.mark.parametrize("few_rows", [False, True])
 @pytest.mark.parametrize("rows", [1, 2, 5, 64])
 @pytest.mark.parametrize("shape", [(24, 16), (1100, 1000)])  # below and above SMALL_PRODUCT
-def test_linear_and_linear_add_equal_the_plain_product(rows, shape):
+def test_linear_and_linear_add_equal_the_plain_product(rows, shape, few_rows):
     g = torch.Generator().manual_seed(rows)
     out_dim, in_dim = shape
     weight = torch.randn(out_dim, in_dim, generator=g)
     bias = torch.randn(out_dim, generator=g)
     x = torch.randn(rows, in_dim, generator=g)
     other = torch.randn(rows, out_dim, generator=g)
-    w = packed.pack(weight, 320)
+    w = packed.pack(weight, 320, few_rows=few_rows)
+    torch.testing.assert_close(w.weight, weight, rtol=0, atol=0)
     torch.testing.assert_close(packed.linear(x, w, bias), F.linear(x, weight, bias),
                                rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(packed.linear(x, w), x @ weight.t(), rtol=1e-4, atol=1e-4)
@@ -44,3 +46,16 @@ def test_small_products_skip_onednn(monkeypatch):
     assert calls == [(1, 1000), (2, 1000), (40, 16)]
     packed.linear(torch.randn(64, 1000), big)
     assert len(calls) == (3 if big.packed is not None else 4)
+
+
+def test_few_rows_keeps_the_plain_weight_transposed():
+    """``pack(few_rows=True)`` (the search's weights) keeps the plain float32 weight as a view
+    of an (in, out) contiguous copy, the layout one-row products read fastest, and leaves the
+    caller's weight alone; without it, or for bfloat16 products, the weight itself is kept."""
+    weight = torch.randn(30, 20)
+    few = packed.pack(weight, 320, few_rows=True)
+    if few.packed is not None:  # oneDNN there (the CPU builds of torch)
+        assert few.weight.t().is_contiguous() and few.weight.data_ptr() != weight.data_ptr()
+    assert weight.is_contiguous()
+    assert packed.pack(weight, 320).weight.data_ptr() == weight.data_ptr()
+    assert packed.pack(weight, 320, bf16=True, few_rows=True).weight.data_ptr() == weight.data_ptr()

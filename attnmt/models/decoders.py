@@ -210,12 +210,13 @@ class LuongDecoder(nn.Module):
                 if layer == 0 and table_fits:
                     emb_gates = torch.addmm(b, self.embedding.weight.detach(), w[:, :E].t())  # (V, 4H)
                     w = w[:, E:]
-                layers.append((packed.pack(w, 320, self.bf16_search), b))
-            W_c = packed.pack(2 * self.W_c.weight.detach(), 320, self.bf16_search) if self.W_c is not None else None
+                layers.append((packed.pack(w, 320, self.bf16_search, few_rows=True), b))
+            W_c = (packed.pack(2 * self.W_c.weight.detach(), 320, self.bf16_search, few_rows=True)
+                   if self.W_c is not None else None)
             if self.int8_output:
                 W_s = packed.pack_int8(self.W_s.weight, 320)
             else:
-                W_s = packed.pack(self.W_s.weight, 320, self.bf16_search)
+                W_s = packed.pack(self.W_s.weight, 320, self.bf16_search, few_rows=True)
             cached = (key, (layers, emb_gates, W_c, W_s))
             self._cached_inference = cached
         return cached[1]
