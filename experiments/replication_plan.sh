@@ -25,7 +25,7 @@ for seed in 1 2 3; do
       paper-window-mul-seg paper-window-add paper-window-mul
 done
 # local-p against global dot at four times the budget (does the predictor find the diagonal?)
-for seed in 1 2 3; do
+for seed in 1 2 3 4; do
   $R luong --steps 4000 --seed $seed --only local-p-general-feed global-dot-feed
   $R diagonal --steps 4000 --seed $seed --only local-p-general-feed global-dot-feed
 done
