@@ -182,7 +182,9 @@ def test_linear_cross_entropy_refuses_a_second_backward():
 @pytest.mark.parametrize("attention,score", [("global", "general"), ("global", "dot"), ("global", "concat"),
                                              ("global", "location"), ("local-p", "general"), ("none", "dot")])
 @pytest.mark.parametrize("gate_table", [True, False])
-def test_inference_step_equals_the_generic_step(dtype, attention, score, gate_table, monkeypatch):
+@pytest.mark.parametrize("input_feed", [True, False])
+def test_inference_step_equals_the_generic_step(dtype, attention, score, gate_table, input_feed,
+                                                monkeypatch):
     """Seq2Seq.step in eval mode without autograd (decoder.infer_step: packed weights, one product
     per layer, layer 1's embedding gates looked up in a table unless it is too large) gives the
     decoder's generic one-step forward: logits, state and attention."""
@@ -190,8 +192,8 @@ def test_inference_step_equals_the_generic_step(dtype, attention, score, gate_ta
 
     if not gate_table:
         monkeypatch.setattr(LuongDecoder, "EMB_GATES_MAX_BYTES", 0)
-    cfg = ModelConfig(layers=2, hidden=6, embed=5, attention=attention, score=score, input_feed=True,
-                      dropout=0.3)
+    cfg = ModelConfig(layers=2, hidden=6, embed=5, attention=attention, score=score,
+                      input_feed=input_feed, dropout=0.3)
     torch.manual_seed(3)
     model = Seq2Seq(cfg, 15, 13, init_uniform=0.4).to(dtype).eval()
     with torch.no_grad():

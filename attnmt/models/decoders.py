@@ -139,22 +139,25 @@ class LuongDecoder(nn.Module):
         self, y_prev: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory | None, t: int,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
-        """``forward`` for one step of an input-feeding decoder in eval mode without autograd:
-        y_prev (B,) -> logits (B, V), the new state, a_t (B, S) or None. Each layer is one
-        product with packed weights (layer 1: [h̃_{t-1}; h¹_{t-1}] plus the word's row of the
-        embedding-gate table, or [emb(y); h̃_{t-1}; h¹_{t-1}] at once without the table)."""
+        """``forward`` for one step in eval mode without autograd: y_prev (B,) -> logits (B, V),
+        the new state, a_t (B, S) or None. Each layer is one product with packed weights (layer
+        1: [h̃_{t-1}; h¹_{t-1}] plus the word's row of the embedding-gate table, or [emb(y);
+        h̃_{t-1}; h¹_{t-1}] at once without the table; without input feeding, h̃_{t-1} is not
+        among them)."""
         layers, emb_gates, W_c, W_s = self._inference_weights()
         looked_up = None  # layer 1's embedding half and bias, one table row per word
+        feed = state["feed"] if self.input_feed else None
         if emb_gates is not None:
-            x, looked_up = state["feed"], emb_gates.index_select(0, y_prev)
+            x, looked_up = feed, emb_gates.index_select(0, y_prev)
         else:
-            x = torch.cat([self.embedding(y_prev), state["feed"]], dim=1)
+            x = self.embedding(y_prev)
+            x = x if feed is None else torch.cat([x, feed], dim=1)
         hs, cs = [], []
         H = self.hidden
         # tanh(z) = 2σ(2z) − 1: on CPU σ is several times cheaper than tanh, and the factor 2
         # of the g gate and of W_c is folded into their packed weights
         for layer, (w, b) in enumerate(layers):
-            inp = torch.cat([x, state["h"][:, layer]], dim=1)
+            inp = state["h"][:, layer] if x is None else torch.cat([x, state["h"][:, layer]], dim=1)
             if looked_up is not None:  # layer 1 with the table (its bias is in the table)
                 z, looked_up = packed.linear_add(inp, w, looked_up), None
             else:
@@ -173,7 +176,8 @@ class LuongDecoder(nn.Module):
             x = torch.sigmoid(packed.linear(torch.cat([context, top], dim=-1), W_c)).squeeze(1)
             x = x.mul_(2).sub_(1)
         logits = packed.linear(x, W_s, self.W_s.bias)
-        new_state = {"h": torch.stack(hs, 1), "c": torch.stack(cs, 1), "feed": x}
+        new_state = {"h": torch.stack(hs, 1), "c": torch.stack(cs, 1),
+                     "feed": x if self.input_feed else state["feed"]}
         return logits, new_state, (weights[:, 0] if weights is not None and need_weights else None)
 
     # the largest table of layer-1 embedding gates kept for search (V × 4H floats)

@@ -113,7 +113,7 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor | None]:
         t = prefix.size(1) - 1  # index of the target word being predicted
         memory = enc["memory"] if self.has_attention else None
-        if self.decoder.input_feed and not self.decoder.training and not torch.is_grad_enabled():
+        if not self.decoder.training and not torch.is_grad_enabled():
             return self.decoder.infer_step(prefix[:, -1], state, memory, t, need_weights)
         logits, state, weights = self.decoder(prefix[:, -1:], state, memory, t, need_weights)
         return logits[:, 0], state, (weights[:, 0] if weights is not None else None)
