@@ -134,7 +134,7 @@ class LuongDecoder(nn.Module):
             x = self.dropout(h[layer]) if layer < self.layers - 1 else h[layer]
         return x
 
-    # -- search: one input-feeding step without autograd -------------------------------------
+    # -- search: one step without autograd (with or without input feeding) -------------------
     def infer_step(
         self, y_prev: torch.Tensor, state: dict[str, torch.Tensor], memory: Memory | None, t: int,
         need_weights: bool = False,
