@@ -150,6 +150,13 @@ class _Run:  # what use_bf16_products reads of a loaded run
         self.model, self.device = model, torch.device(device)
 
 
+def _transformer():
+    from attnmt.models.transformer import Transformer
+
+    cfg = ModelConfig(type="transformer", layers=1, hidden=16, heads=2, ff=32)
+    return Transformer(cfg, 30, 40).eval()
+
+
 def _eval_model(**overrides) -> Seq2Seq:
     settings = dict(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True)
     torch.manual_seed(1)
@@ -186,8 +193,9 @@ def test_bf16_search_refuses_cpus_without_bfloat16_units_and_other_models(monkey
     monkeypatch.setattr(packed, "native_bf16", lambda: False)
     with pytest.raises(UserError, match="bfloat16 units"):
         translate.use_bf16_products([_Run(_eval_model())])
-    with pytest.raises(UserError, match="input-feeding"):
-        translate.use_bf16_products([_Run(_eval_model(input_feed=False))])
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    with pytest.raises(UserError, match="LSTM decoders"):
+        translate.use_bf16_products([_Run(_transformer())])
 
 
 def test_translate_searches_in_bf16_by_default_only_where_it_applies(monkeypatch):
@@ -197,6 +205,8 @@ def test_translate_searches_in_bf16_by_default_only_where_it_applies(monkeypatch
     assert not translate.bf16_search_applies(runs)  # conftest: no bfloat16 units
     monkeypatch.setattr(packed, "native_bf16", lambda: True)
     assert translate.bf16_search_applies(runs)
+    assert not translate.bf16_search_applies(runs + [_Run(_transformer())])
+    # without input feeding: --bf16 when asked (below), float32 by default
     assert not translate.bf16_search_applies(runs + [_Run(_eval_model(input_feed=False))])
     assert not translate.bf16_search_applies([])
 
@@ -226,8 +236,12 @@ def test_search_precision_is_chosen_once_for_translate_and_serve(monkeypatch):
     assert not runs[0].model.decoder.bf16_search
     assert translate.set_search_precision(runs) == "bf16"
     assert runs[0].model.decoder.bf16_search
-    plain = [_Run(_eval_model(input_feed=False))]  # no bf16 search step: float32 by default
+    plain = [_Run(_transformer())]  # no bf16 search step: float32 by default
     assert translate.set_search_precision(plain) == "float32"
+    unfed = [_Run(_eval_model(input_feed=False))]  # float32 by default, bf16 when asked
+    assert translate.set_search_precision(unfed) == "float32"
+    assert translate.set_search_precision(unfed, bf16=True) == "bf16"
+    assert unfed[0].model.decoder.bf16_search
 
 
 @pytest.mark.skipif(not ONEDNN_BF16, reason="oneDNN without bfloat16 on this CPU")

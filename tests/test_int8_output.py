@@ -98,11 +98,18 @@ def test_int8_search_step_keeps_the_logits_and_only_the_output_layer_changes():
     assert (logits - want_logits).abs().max() < 0.02 * (want_logits.max() - want_logits.min())
 
 
-def test_int8_refuses_models_without_the_input_feeding_search_step():
+def test_int8_refuses_models_without_the_lstm_search_step():
     from attnmt.decode.translate import use_int8_output_layer
+    from attnmt.models.transformer import Transformer
 
-    with pytest.raises(UserError, match="input-feeding"):
-        use_int8_output_layer([_Run(_model(input_feed=False))])
+    transformer = Transformer(ModelConfig(type="transformer", layers=1, hidden=16, heads=2, ff=32),
+                              30, 40).eval()
+    with pytest.raises(UserError, match="LSTM decoders"):
+        use_int8_output_layer([_Run(transformer)])
+    if packed.INT8:  # an LSTM decoder without input feeding has the search step too
+        plain = _model(input_feed=False)
+        use_int8_output_layer([_Run(plain)])
+        assert plain.decoder.int8_output
 
 
 @needs_int8
