@@ -78,7 +78,7 @@ def bf16_search_applies(runs: list[Run]) -> bool:
     LSTM decoder on a CPU with bfloat16 units (there the float32 search is ~1.5-2x slower for
     the same BLEU: docs/results/race.md). Decoders without input feeding take ``--bf16`` when
     asked, but stay float32 by default: on weak models (docs/RESULTS.md) BLEU stayed within
-    0.05, yet a quarter to a third of the lines changed."""
+    0.05, yet 17-34 % of the lines changed."""
     try:
         fits = all(_search_decoder(run, "--bf16").input_feed and run.device.type == "cpu"
                    for run in runs)
