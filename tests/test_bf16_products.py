@@ -206,8 +206,8 @@ def test_translate_searches_in_bf16_by_default_only_where_it_applies(monkeypatch
     monkeypatch.setattr(packed, "native_bf16", lambda: True)
     assert translate.bf16_search_applies(runs)
     assert not translate.bf16_search_applies(runs + [_Run(_transformer())])
-    # without input feeding: --bf16 when asked (below), float32 by default
-    assert not translate.bf16_search_applies(runs + [_Run(_eval_model(input_feed=False))])
+    assert translate.bf16_search_applies(runs + [_Run(_eval_model(input_feed=False))])
+    assert not translate.bf16_search_applies(runs + [_Run(_eval_model(), "cuda")])
     assert not translate.bf16_search_applies([])
 
 
@@ -238,9 +238,10 @@ def test_search_precision_is_chosen_once_for_translate_and_serve(monkeypatch):
     assert runs[0].model.decoder.bf16_search
     plain = [_Run(_transformer())]  # no bf16 search step: float32 by default
     assert translate.set_search_precision(plain) == "float32"
-    unfed = [_Run(_eval_model(input_feed=False))]  # float32 by default, bf16 when asked
-    assert translate.set_search_precision(unfed) == "float32"
-    assert translate.set_search_precision(unfed, bf16=True) == "bf16"
+    unfed = [_Run(_eval_model(input_feed=False))]  # bf16 by default, as with input feeding
+    assert translate.set_search_precision(unfed, float32=True) == "float32"
+    assert not unfed[0].model.decoder.bf16_search
+    assert translate.set_search_precision(unfed) == "bf16"
     assert unfed[0].model.decoder.bf16_search
 
 
