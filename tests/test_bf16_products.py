@@ -157,6 +157,12 @@ def _transformer():
     return Transformer(cfg, 30, 40).eval()
 
 
+def _lstm_lm():
+    from attnmt.models.lm import LSTMLM
+
+    return LSTMLM(ModelConfig(layers=1, hidden=16, embed=8), 40).eval()
+
+
 def _eval_model(**overrides) -> Seq2Seq:
     settings = dict(layers=2, hidden=16, embed=8, attention="global", score="general", input_feed=True)
     torch.manual_seed(1)
@@ -194,8 +200,22 @@ def test_bf16_search_refuses_cpus_without_bfloat16_units_and_other_models(monkey
     with pytest.raises(UserError, match="bfloat16 units"):
         translate.use_bf16_products([_Run(_eval_model())])
     monkeypatch.setattr(packed, "native_bf16", lambda: True)
-    with pytest.raises(UserError, match="LSTM decoders"):
-        translate.use_bf16_products([_Run(_transformer())])
+    with pytest.raises(UserError, match="LSTM decoders and Transformers"):
+        translate.use_bf16_products([_Run(_lstm_lm())])
+
+
+def test_bf16_search_switches_every_search_linear_of_a_transformer(monkeypatch):
+    from attnmt.decode import translate
+
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    model = _transformer()
+    linears = [m for m in model.modules() if isinstance(m, packed.SearchLinear)]
+    # encoder layer: self-attention's q, k, v, o and the feed-forward's two; decoder layer: the
+    # same and cross-attention's four; the output layer
+    assert len(linears) == 6 + 10 + 1
+    assert not any(m.bf16_search for m in linears)
+    translate.use_bf16_products([_Run(model)])
+    assert all(m.bf16_search for m in linears)
 
 
 def test_translate_searches_in_bf16_by_default_only_where_it_applies(monkeypatch):
@@ -205,7 +225,8 @@ def test_translate_searches_in_bf16_by_default_only_where_it_applies(monkeypatch
     assert not translate.bf16_search_applies(runs)  # conftest: no bfloat16 units
     monkeypatch.setattr(packed, "native_bf16", lambda: True)
     assert translate.bf16_search_applies(runs)
-    assert not translate.bf16_search_applies(runs + [_Run(_transformer())])
+    assert translate.bf16_search_applies(runs + [_Run(_transformer())])
+    assert not translate.bf16_search_applies(runs + [_Run(_lstm_lm())])  # nothing to switch
     assert translate.bf16_search_applies(runs + [_Run(_eval_model(input_feed=False))])
     assert not translate.bf16_search_applies(runs + [_Run(_eval_model(), "cuda")])
     assert not translate.bf16_search_applies([])
@@ -236,8 +257,12 @@ def test_search_precision_is_chosen_once_for_translate_and_serve(monkeypatch):
     assert not runs[0].model.decoder.bf16_search
     assert translate.set_search_precision(runs) == "bf16"
     assert runs[0].model.decoder.bf16_search
-    plain = [_Run(_transformer())]  # no bf16 search step: float32 by default
+    plain = [_Run(_lstm_lm())]  # no bf16 search products: float32 by default
     assert translate.set_search_precision(plain) == "float32"
+    transformer = [_Run(_transformer())]  # its SearchLinear maps, in bfloat16 by default
+    assert translate.set_search_precision(transformer) == "bf16"
+    assert all(m.bf16_search for m in transformer[0].model.modules()
+               if isinstance(m, packed.SearchLinear))
     unfed = [_Run(_eval_model(input_feed=False))]  # bf16 by default, as with input feeding
     assert translate.set_search_precision(unfed, float32=True) == "float32"
     assert not unfed[0].model.decoder.bf16_search

@@ -59,3 +59,45 @@ def test_few_rows_keeps_the_plain_weight_transposed():
     assert weight.is_contiguous()
     assert packed.pack(weight, 320).weight.data_ptr() == weight.data_ptr()
     assert packed.pack(weight, 320, bf16=True, few_rows=True).weight.data_ptr() == weight.data_ptr()
+
+
+def _search_linear(bias: bool = True) -> packed.SearchLinear:
+    torch.manual_seed(0)
+    return packed.SearchLinear(64, 300, bias=bias).eval()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 400])
+@pytest.mark.parametrize("bias", [True, False])
+def test_search_linear_without_autograd_is_nn_linear_up_to_rounding(rows, bias):
+    lin = _search_linear(bias)
+    x = torch.randn(rows, 1, 64)
+    with torch.no_grad():
+        got = lin(x)
+    want = torch.nn.functional.linear(x, lin.weight, lin.bias)
+    assert got.shape == want.shape == (rows, 1, 300)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_search_linear_with_autograd_is_nn_linear():
+    lin = _search_linear()
+    x = torch.randn(3, 64, requires_grad=True)
+    lin(x).square().sum().backward()
+    assert lin.weight.grad is not None and x.grad is not None
+    assert "_search_weight" not in lin.__dict__  # no packed copy made for training
+
+
+def test_search_linear_follows_its_weight():
+    """The packed copy is rebuilt after an in-place update (the version counter moves) and after
+    the module enters and leaves training (fused Adam updates without moving it: simulated
+    here through .data, which has its own counter)."""
+    lin = _search_linear()
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        before = lin(x)
+        lin.weight.mul_(2)
+        torch.testing.assert_close(lin(x) - lin.bias, 2 * (before - lin.bias), rtol=1e-5, atol=1e-5)
+        lin.weight.data.add_(1.0)  # no version bump: the stale copy would still be used
+    lin.train().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias),
+                                   rtol=1e-5, atol=1e-5)

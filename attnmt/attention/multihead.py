@@ -53,6 +53,7 @@ class MultiHeadAttention(nn.Module):
         variant: str = "standard",
         window: WindowOptions | None = None,
         relative_clip: int = 16,
+        linear: type[nn.Linear] = nn.Linear,
     ):
         super().__init__()
         if d_model % heads:
@@ -63,10 +64,11 @@ class MultiHeadAttention(nn.Module):
         self.unit = unit_of(variant)(variant, window, relative_clip)  # a plain object: no parameters
         self.use_variant = variant != "standard"
         self.dropout = dropout
-        self.q = nn.Linear(d_model, d_model)
-        self.k = nn.Linear(d_model, d_model)
-        self.v = nn.Linear(d_model, d_model)
-        self.o = nn.Linear(d_model, d_model)
+        self.linear = linear  # the class of the projections (the Transformer's: SearchLinear)
+        self.q = linear(d_model, d_model)
+        self.k = linear(d_model, d_model)
+        self.v = linear(d_model, d_model)
+        self.o = linear(d_model, d_model)
         self.unit.build(self)  # the variant's own parameters, registered on this module
         for lin in (self.q, self.k, self.v, self.o):
             nn.init.xavier_uniform_(lin.weight)

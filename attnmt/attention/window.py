@@ -332,8 +332,8 @@ class Window(Variant):
         else:
             attn.pointers = BoundaryPointers(attn.heads, attn.head_dim, self.options.temperature)
         if self.options.combine == "add":
-            attn.local_q = nn.Linear(attn.d_model, attn.d_model)  # Q_L
-            attn.local_k = nn.Linear(attn.d_model, attn.d_model)  # K_L
+            attn.local_q = attn.linear(attn.d_model, attn.d_model)  # Q_L
+            attn.local_k = attn.linear(attn.d_model, attn.d_model)  # K_L
 
     def keys(self, attn, x):
         keys = {}

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="CPU: each model's output layer as an 8-bit product (as translate --int8)")
     p.add_argument("--bf16", action="store_true",
                    help="search in bfloat16 (as translate --bf16; the default on CPUs with "
-                   "bfloat16 units for LSTM models)")
+                   "bfloat16 units for LSTM and Transformer models)")
     p.add_argument("--float32", action="store_true",
                    help="search in float32 even where bfloat16 is the default")
     p.add_argument("--max-batch", type=int, default=32, help="sentences per decoder call")

@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bf16", action="store_true",
                    help="CPU search with bfloat16 units (AVX-512 BF16, AMX): the search step's "
                    "products in bfloat16 (faster; scores move slightly, see docs/results/race.md); "
-                   "the default there for LSTM models")
+                   "the default there for LSTM and Transformer models")
     p.add_argument("--float32", action="store_true", help="search in float32 even where --bf16 is the default")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")

@@ -59,6 +59,20 @@ def _search_decoder(run: Run, flag: str) -> LuongDecoder:
     return decoder
 
 
+def _bf16_switches(run: Run) -> list:
+    """What ``--bf16`` turns on in a model (each has ``bf16_search``): its LSTM decoder (the
+    search step's packed products), or every ``packed.SearchLinear`` of a Transformer; or a
+    UserError."""
+    network = getattr(run.model, "model", run.model)  # NgramResidual wraps the network
+    if isinstance(getattr(network, "decoder", None), LuongDecoder):
+        return [network.decoder]
+    linears = [m for m in network.modules() if isinstance(m, packed.SearchLinear)]
+    if not linears:
+        raise UserError("--bf16 applies to LSTM decoders and Transformers (their search "
+                        "products); this model has neither")
+    return linears
+
+
 def use_int8_output_layer(runs: list[Run]) -> None:
     """``attnmt translate --int8``: the search's output layer W_s h̃_t of every model as an 8-bit
     product (models/packed.py, ``pack_int8``). The output layer is the largest product of a
@@ -75,12 +89,13 @@ def use_int8_output_layer(runs: list[Run]) -> None:
 
 def bf16_search_applies(runs: list[Run]) -> bool:
     """Whether ``attnmt translate`` searches in bfloat16 by default: every model an LSTM decoder
-    on a CPU with bfloat16 units. There the float32 search is ~1.2-2x slower for the same BLEU
-    (docs/results/race.md; docs/RESULTS.md: global dot with and without input feeding at 4,000
-    updates, BLEU 19.98 -> 19.97 and 17.97 -> 18.00), though a quarter of the lines change."""
+    or a Transformer on a CPU with bfloat16 units. There the float32 search is ~1.2-2x slower
+    for the same BLEU (docs/results/race.md; docs/RESULTS.md: global dot with and without input
+    feeding at 4,000 updates, BLEU 19.98 -> 19.97 and 17.97 -> 18.00; a Transformer, 13.03 ->
+    13.03), though a quarter of the lines change."""
     try:
         for run in runs:
-            _search_decoder(run, "--bf16")
+            _bf16_switches(run)
     except UserError:
         return False
     return bool(runs) and all(run.device.type == "cpu" for run in runs) and packed.native_bf16()
@@ -88,17 +103,19 @@ def bf16_search_applies(runs: list[Run]) -> bool:
 
 def use_bf16_products(runs: list[Run]) -> None:
     """``attnmt translate --bf16``: every packed product of the search step (the LSTM layers, W_c
-    and, unless --int8, the output layer) on bfloat16 weights and inputs, float32 results, on a
+    and, unless --int8, the output layer; a Transformer's ``SearchLinear`` maps: projections,
+    feed-forward, output) on bfloat16 weights and inputs, float32 results, on a
     CPU with bfloat16 units (AVX-512 BF16 or AMX; models/packed.py ``native_bf16``), where they
     run several times faster than in float32. States and scores stay float32; logits move by the
     rounding, so, rarely, choices change (test BLEU moved by −0.01 and +0.07 on the race's
     models); the default of ``attnmt translate`` where ``bf16_search_applies``."""
     for run in runs:
-        decoder = _search_decoder(run, "--bf16")
+        switches = _bf16_switches(run)
         if run.device.type != "cpu" or not packed.native_bf16():
             raise UserError("--bf16 needs a CPU with bfloat16 units (AVX-512 BF16 or AMX); "
                             "this one would emulate them, slower than float32")
-        decoder.bf16_search = True
+        for switch in switches:
+            switch.bf16_search = True
 
 
 def check_precision_flags(bf16: bool, float32: bool) -> None:

@@ -17,8 +17,10 @@ Both models implement the generation interface of seq2seq.py. Incremental decodi
 layer's self-attention keys/values (and window pointer / local keys) in the state, so a step costs
 O(t) rather than re-running the prefix; cross-attention keys are computed once in ``encode``.
 ``forward``'s weights are the last decoder layer's cross-attention averaged over heads (B, T, S).
-The LM's logits come from ``self.output`` (a plain nn.Linear, tied to the input embedding by
-default), the hook other heads (e.g. NgramRes) can reuse.
+The LM's logits come from ``self.output`` (a linear map, tied to the input embedding by
+default), the hook other heads (e.g. NgramRes) can reuse. Every linear map of attention,
+feed-forward and output is a ``packed.SearchLinear``: an nn.Linear that takes packed weights
+when there is no autograd (search, validation; in bfloat16 with ``translate --bf16``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.models.common import lengths_to_mask
+from attnmt.models.packed import SearchLinear
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...): (n, d)."""
@@ -77,7 +80,7 @@ class Embedder(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, d: int, ff: int, dropout: float):
         super().__init__()
-        self.w1, self.w2 = nn.Linear(d, ff), nn.Linear(ff, d)
+        self.w1, self.w2 = SearchLinear(d, ff), SearchLinear(ff, d)
         self.dropout = dropout
         for lin in (self.w1, self.w2):
             nn.init.xavier_uniform_(lin.weight)
@@ -90,7 +93,8 @@ class FeedForward(nn.Module):
 def _attention(cfg: ModelConfig, variant: str) -> MultiHeadAttention:
     window = window_options(variant, cfg.window_segment, cfg.window_mask, cfg.window_renorm,
                             cfg.window_temperature, cfg.window_pointers)
-    return MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant, window, cfg.relative_clip)
+    return MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant, window, cfg.relative_clip,
+                              SearchLinear)
 
 
 class Layer(nn.Module):
@@ -214,7 +218,7 @@ class Transformer(nn.Module):
         self.tgt_embed = Embedder(tgt_vocab, cfg, shared)
         self.encoder = Stack(cfg, "enc_self_attention", cross=False)
         self.decoder = Stack(cfg, "dec_self_attention", cross=True)
-        self.output = nn.Linear(cfg.hidden, tgt_vocab, bias=False)
+        self.output = SearchLinear(cfg.hidden, tgt_vocab, bias=False)
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.embed.weight
         else:
@@ -256,7 +260,7 @@ class TransformerLM(nn.Module):
         self.cfg = cfg
         self.embed = Embedder(vocab, cfg)
         self.decoder = Stack(cfg, "dec_self_attention", cross=False)
-        self.output = nn.Linear(cfg.hidden, vocab, bias=False)  # logits = output(hidden states)
+        self.output = SearchLinear(cfg.hidden, vocab, bias=False)  # logits = output(hidden states)
         if cfg.tie_output:
             self.output.weight = self.embed.embed.weight
         else:
