@@ -204,12 +204,12 @@ def test_bf16_search_refuses_cpus_without_bfloat16_units_and_other_models(monkey
         translate.use_bf16_products([_Run(_lstm_lm())])
 
 
-def test_bf16_search_switches_every_search_linear_of_a_transformer(monkeypatch):
+def test_bf16_search_switches_every_packed_linear_of_a_transformer(monkeypatch):
     from attnmt.decode import translate
 
     monkeypatch.setattr(packed, "native_bf16", lambda: True)
     model = _transformer()
-    linears = [m for m in model.modules() if isinstance(m, packed.SearchLinear)]
+    linears = [m for m in model.modules() if isinstance(m, packed.PackedLinear)]
     # encoder layer: self-attention's q, k, v, o and the feed-forward's two; decoder layer: the
     # same and cross-attention's four; the output layer
     assert len(linears) == 6 + 10 + 1
@@ -259,10 +259,10 @@ def test_search_precision_is_chosen_once_for_translate_and_serve(monkeypatch):
     assert runs[0].model.decoder.bf16_search
     plain = [_Run(_lstm_lm())]  # no bf16 search products: float32 by default
     assert translate.set_search_precision(plain) == "float32"
-    transformer = [_Run(_transformer())]  # its SearchLinear maps, in bfloat16 by default
+    transformer = [_Run(_transformer())]  # its PackedLinear maps, in bfloat16 by default
     assert translate.set_search_precision(transformer) == "bf16"
     assert all(m.bf16_search for m in transformer[0].model.modules()
-               if isinstance(m, packed.SearchLinear))
+               if isinstance(m, packed.PackedLinear))
     unfed = [_Run(_eval_model(input_feed=False))]  # bf16 by default, as with input feeding
     assert translate.set_search_precision(unfed, float32=True) == "float32"
     assert not unfed[0].model.decoder.bf16_search

@@ -61,15 +61,15 @@ def test_few_rows_keeps_the_plain_weight_transposed():
     assert packed.pack(weight, 320, bf16=True, few_rows=True).weight.data_ptr() == weight.data_ptr()
 
 
-def _search_linear(bias: bool = True) -> packed.SearchLinear:
+def _packed_linear(bias: bool = True) -> packed.PackedLinear:
     torch.manual_seed(0)
-    return packed.SearchLinear(64, 300, bias=bias).eval()
+    return packed.PackedLinear(64, 300, bias=bias).eval()
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 400])
 @pytest.mark.parametrize("bias", [True, False])
-def test_search_linear_without_autograd_is_nn_linear_up_to_rounding(rows, bias):
-    lin = _search_linear(bias)
+def test_packed_linear_without_autograd_is_nn_linear_up_to_rounding(rows, bias):
+    lin = _packed_linear(bias)
     x = torch.randn(rows, 1, 64)
     with torch.no_grad():
         got = lin(x)
@@ -78,19 +78,19 @@ def test_search_linear_without_autograd_is_nn_linear_up_to_rounding(rows, bias):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_search_linear_with_autograd_is_nn_linear():
-    lin = _search_linear()
+def test_packed_linear_with_autograd_is_nn_linear():
+    lin = _packed_linear()
     x = torch.randn(3, 64, requires_grad=True)
     lin(x).square().sum().backward()
     assert lin.weight.grad is not None and x.grad is not None
     assert "_search_weight" not in lin.__dict__  # no packed copy made for training
 
 
-def test_search_linear_follows_its_weight():
+def test_packed_linear_follows_its_weight():
     """The packed copy is rebuilt after an in-place update (the version counter moves) and after
     the module enters and leaves training (fused Adam updates without moving it: simulated
     here through .data, which has its own counter)."""
-    lin = _search_linear()
+    lin = _packed_linear()
     x = torch.randn(2, 64)
     with torch.no_grad():
         before = lin(x)
@@ -101,3 +101,20 @@ def test_search_linear_follows_its_weight():
     with torch.no_grad():
         torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias),
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_packed_linear_trains_on_bfloat16_operands_under_bf16_products():
+    """With autograd and bf16 products on (train.amp on a CPU with bfloat16 units), the product
+    and its gradients are those of the operands' bfloat16 roundings; off, it is nn.Linear's."""
+    lin = _packed_linear()
+    x = torch.randn(4, 64, requires_grad=True)
+    with packed.bf16_products(True):
+        y = lin(x)
+    rounded = F.linear(x.detach().to(torch.bfloat16).float(), lin.weight.detach().to(torch.bfloat16).float(),
+                       lin.bias.detach())
+    torch.testing.assert_close(y.detach(), rounded, rtol=2**-7, atol=1e-3)
+    assert not torch.allclose(y.detach(), F.linear(x.detach(), lin.weight.detach(), lin.bias.detach()),
+                              rtol=1e-6, atol=1e-6)
+    y.sum().backward()
+    assert x.grad is not None and lin.weight.grad is not None and lin.bias.grad is not None
+    torch.testing.assert_close(lin(x).detach(), F.linear(x.detach(), lin.weight.detach(), lin.bias.detach()))

@@ -64,7 +64,7 @@ class MultiHeadAttention(nn.Module):
         self.unit = unit_of(variant)(variant, window, relative_clip)  # a plain object: no parameters
         self.use_variant = variant != "standard"
         self.dropout = dropout
-        self.linear = linear  # the class of the projections (the Transformer's: SearchLinear)
+        self.linear = linear  # the class of the projections (the Transformer's: PackedLinear)
         self.q = linear(d_model, d_model)
         self.k = linear(d_model, d_model)
         self.v = linear(d_model, d_model)

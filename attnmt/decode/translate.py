@@ -61,12 +61,12 @@ def _search_decoder(run: Run, flag: str) -> LuongDecoder:
 
 def _bf16_switches(run: Run) -> list:
     """What ``--bf16`` turns on in a model (each has ``bf16_search``): its LSTM decoder (the
-    search step's packed products), or every ``packed.SearchLinear`` of a Transformer; or a
+    search step's packed products), or every ``packed.PackedLinear`` of a Transformer; or a
     UserError."""
     network = getattr(run.model, "model", run.model)  # NgramResidual wraps the network
     if isinstance(getattr(network, "decoder", None), LuongDecoder):
         return [network.decoder]
-    linears = [m for m in network.modules() if isinstance(m, packed.SearchLinear)]
+    linears = [m for m in network.modules() if isinstance(m, packed.PackedLinear)]
     if not linears:
         raise UserError("--bf16 applies to LSTM decoders and Transformers (their search "
                         "products); this model has neither")
@@ -103,7 +103,7 @@ def bf16_search_applies(runs: list[Run]) -> bool:
 
 def use_bf16_products(runs: list[Run]) -> None:
     """``attnmt translate --bf16``: every packed product of the search step (the LSTM layers, W_c
-    and, unless --int8, the output layer; a Transformer's ``SearchLinear`` maps: projections,
+    and, unless --int8, the output layer; a Transformer's ``PackedLinear`` maps: projections,
     feed-forward, output) on bfloat16 weights and inputs, float32 results, on a
     CPU with bfloat16 units (AVX-512 BF16 or AMX; models/packed.py ``native_bf16``), where they
     run several times faster than in float32. States and scores stay float32; logits move by the

@@ -15,8 +15,9 @@ quantised linear, the kernel torch's x86 quantisation lowers to), for the search
 the input is rounded per call to 7 bits over its own range: AVX2's u8·s8 kernels add products
 in pairs into 16 bits, which 8-bit inputs can overflow.
 
-``SearchLinear``: an nn.Linear whose products without autograd (search, validation) take its
-packed weight through ``linear``: the Transformer's projections, feed-forward and output layer.
+``PackedLinear``: an nn.Linear whose products go through this module (``product`` with autograd,
+its packed weight through ``linear`` without): the Transformer's projections, feed-forward and
+output layer.
 
 ``bf16_products``: while on (the trainer turns it on for ``train.amp`` on a CPU that multiplies
 bfloat16 natively, see ``native_bf16``), ``pack`` / ``linear`` / ``product`` / ``mm`` round their
@@ -204,14 +205,17 @@ def linear_add(x: torch.Tensor, w: Packed, other: torch.Tensor) -> torch.Tensor:
     return torch.addmm(other, x, w.weight.t()) if x.dim() == 2 else F.linear(x, w.weight) + other
 
 
-class SearchLinear(nn.Linear):
-    """nn.Linear whose products without autograd on the CPU (a search's steps, validation) take
-    ``pack``'s copy of the weight through ``linear``: one- and two-row products on its
-    transposed copy, larger ones through oneDNN, and every one in bfloat16 when
-    ``bf16_search`` is set (``attnmt translate --bf16``). With autograd, on a GPU or in other
-    dtypes it is nn.Linear. ``attnmt translate`` of the Bible test set with a 3-layer, 256-wide
-    Transformer (beam 5, batch 64, an AMD EPYC) took 1.4-1.7x less time in float32 than with
-    nn.Linear, with the same output, and 1.6-2.0x less in bfloat16 (docs/RESULTS.md).
+class PackedLinear(nn.Linear):
+    """nn.Linear that multiplies through this module. With autograd it is ``product``: bfloat16
+    operands while ``bf16_products`` is on (``train.amp`` on a CPU with bfloat16 units; a
+    Transformer's update then took 0.58x the time of float32's, docs/RESULTS.md). Without
+    autograd on the CPU (a search's steps, validation) it takes ``pack``'s copy of the weight
+    through ``linear``: one- and two-row products on its transposed copy, larger ones through
+    oneDNN, and every one in bfloat16 when ``bf16_search`` is set (``attnmt translate
+    --bf16``). ``attnmt translate`` of the Bible test set with a 3-layer, 256-wide Transformer
+    (beam 5, batch 64, an AMD EPYC) took 1.4-1.7x less time in float32 than with nn.Linear,
+    with the same output, and 1.6-2.0x less in bfloat16 (docs/RESULTS.md). On a GPU and in
+    other dtypes it is nn.Linear.
 
     The packed copy is kept per weight version and dropped when the module enters or leaves
     training: torch's fused Adam updates parameters in place without bumping their versions."""
@@ -219,8 +223,10 @@ class SearchLinear(nn.Linear):
     bf16_search = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (torch.is_grad_enabled() or not _MKLDNN or x.device.type != "cpu"
-                or x.dtype != torch.float32 or self.weight.dtype != torch.float32):
+        if torch.is_grad_enabled():
+            return product(x, self.weight, self.bias)
+        if (not _MKLDNN or x.device.type != "cpu" or x.dtype != torch.float32
+                or self.weight.dtype != torch.float32):
             return F.linear(x, self.weight, self.bias)
         return linear(x, self._packed(), self.bias)
 
@@ -232,6 +238,6 @@ class SearchLinear(nn.Linear):
             self.__dict__["_search_weight"] = cached
         return cached[1]
 
-    def train(self, mode: bool = True) -> "SearchLinear":
+    def train(self, mode: bool = True) -> "PackedLinear":
         self.__dict__.pop("_search_weight", None)
         return super().train(mode)

@@ -19,8 +19,9 @@ O(t) rather than re-running the prefix; cross-attention keys are computed once i
 ``forward``'s weights are the last decoder layer's cross-attention averaged over heads (B, T, S).
 The LM's logits come from ``self.output`` (a linear map, tied to the input embedding by
 default), the hook other heads (e.g. NgramRes) can reuse. Every linear map of attention,
-feed-forward and output is a ``packed.SearchLinear``: an nn.Linear that takes packed weights
-when there is no autograd (search, validation; in bfloat16 with ``translate --bf16``).
+feed-forward and output is a ``packed.PackedLinear``: an nn.Linear whose training products take
+bfloat16 operands under ``train.amp`` on a CPU with bfloat16 units, and which takes packed
+weights when there is no autograd (search, validation; in bfloat16 with ``translate --bf16``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.models.common import lengths_to_mask
-from attnmt.models.packed import SearchLinear
+from attnmt.models.packed import PackedLinear
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...): (n, d)."""
@@ -80,7 +81,7 @@ class Embedder(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, d: int, ff: int, dropout: float):
         super().__init__()
-        self.w1, self.w2 = SearchLinear(d, ff), SearchLinear(ff, d)
+        self.w1, self.w2 = PackedLinear(d, ff), PackedLinear(ff, d)
         self.dropout = dropout
         for lin in (self.w1, self.w2):
             nn.init.xavier_uniform_(lin.weight)
@@ -94,7 +95,7 @@ def _attention(cfg: ModelConfig, variant: str) -> MultiHeadAttention:
     window = window_options(variant, cfg.window_segment, cfg.window_mask, cfg.window_renorm,
                             cfg.window_temperature, cfg.window_pointers)
     return MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant, window, cfg.relative_clip,
-                              SearchLinear)
+                              PackedLinear)
 
 
 class Layer(nn.Module):
@@ -218,7 +219,7 @@ class Transformer(nn.Module):
         self.tgt_embed = Embedder(tgt_vocab, cfg, shared)
         self.encoder = Stack(cfg, "enc_self_attention", cross=False)
         self.decoder = Stack(cfg, "dec_self_attention", cross=True)
-        self.output = SearchLinear(cfg.hidden, tgt_vocab, bias=False)
+        self.output = PackedLinear(cfg.hidden, tgt_vocab, bias=False)
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.embed.weight
         else:
@@ -260,7 +261,7 @@ class TransformerLM(nn.Module):
         self.cfg = cfg
         self.embed = Embedder(vocab, cfg)
         self.decoder = Stack(cfg, "dec_self_attention", cross=False)
-        self.output = SearchLinear(cfg.hidden, vocab, bias=False)  # logits = output(hidden states)
+        self.output = PackedLinear(cfg.hidden, vocab, bias=False)  # logits = output(hidden states)
         if cfg.tie_output:
             self.output.weight = self.embed.embed.weight
         else:
