@@ -207,8 +207,9 @@ def linear_add(x: torch.Tensor, w: Packed, other: torch.Tensor) -> torch.Tensor:
 
 class PackedLinear(nn.Linear):
     """nn.Linear that multiplies through this module. With autograd it is ``product``: bfloat16
-    operands while ``bf16_products`` is on (``train.amp`` on a CPU with bfloat16 units; a
-    Transformer's update then took 0.58x the time of float32's, docs/RESULTS.md). Without
+    operands while ``bf16_products`` is on (``train.amp`` on a CPU with bfloat16 units: 400
+    updates of a 3-layer, 256-wide Transformer took 0.60-0.63x float32's time, dev perplexity
+    0.1-1.1 % higher at equal updates; docs/RESULTS.md). Without
     autograd on the CPU (a search's steps, validation) it takes ``pack``'s copy of the weight
     through ``linear``: one- and two-row products on its transposed copy, larger ones through
     oneDNN, and every one in bfloat16 when ``bf16_search`` is set (``attnmt translate
