@@ -83,7 +83,7 @@ def test_packed_linear_with_autograd_is_nn_linear():
     x = torch.randn(3, 64, requires_grad=True)
     lin(x).square().sum().backward()
     assert lin.weight.grad is not None and x.grad is not None
-    assert "_search_weight" not in lin.__dict__  # no packed copy made for training
+    assert "_packed_weight" not in lin.__dict__  # no packed copy made for training
 
 
 def test_packed_linear_follows_its_weight():

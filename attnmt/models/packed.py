@@ -209,14 +209,13 @@ class PackedLinear(nn.Linear):
     """nn.Linear that multiplies through this module. With autograd it is ``product``: bfloat16
     operands while ``bf16_products`` is on (``train.amp`` on a CPU with bfloat16 units: 400
     updates of a 3-layer, 256-wide Transformer took 0.60-0.63x float32's time, dev perplexity
-    0.1-1.1 % higher at equal updates; docs/RESULTS.md). Without
-    autograd on the CPU (a search's steps, validation) it takes ``pack``'s copy of the weight
-    through ``linear``: one- and two-row products on its transposed copy, larger ones through
-    oneDNN, and every one in bfloat16 when ``bf16_search`` is set (``attnmt translate
-    --bf16``). ``attnmt translate`` of the Bible test set with a 3-layer, 256-wide Transformer
-    (beam 5, batch 64, an AMD EPYC) took 1.4-1.7x less time in float32 than with nn.Linear,
-    with the same output, and 1.6-2.0x less in bfloat16 (docs/RESULTS.md). On a GPU and in
-    other dtypes it is nn.Linear.
+    0.1-1.1 % higher at equal updates; docs/RESULTS.md). Without autograd on the CPU (a
+    search's steps, validation) it takes ``pack``'s copy of the weight through ``linear``: one-
+    and two-row products on its transposed copy, larger ones through oneDNN, and every one in
+    bfloat16 when ``bf16_search`` is set (``attnmt translate --bf16``). ``attnmt translate`` of
+    the Bible test set with that Transformer (beam 5, batch 64, an AMD EPYC) took 1.4-1.7x less
+    time in float32 than with nn.Linear, with the same output, and 1.6-2.0x less in bfloat16
+    (docs/RESULTS.md). On a GPU and in other dtypes it is nn.Linear.
 
     The packed copy is kept per weight version and dropped when the module enters or leaves
     training: torch's fused Adam updates parameters in place without bumping their versions."""
@@ -233,12 +232,12 @@ class PackedLinear(nn.Linear):
 
     def _packed(self) -> Packed:
         key = (self.bf16_search, self.weight.data_ptr(), self.weight._version)
-        cached = self.__dict__.get("_search_weight")
+        cached = self.__dict__.get("_packed_weight")
         if cached is None or cached[0] != key:
             cached = (key, pack(self.weight, 320, self.bf16_search, few_rows=True))
-            self.__dict__["_search_weight"] = cached
+            self.__dict__["_packed_weight"] = cached
         return cached[1]
 
     def train(self, mode: bool = True) -> "PackedLinear":
-        self.__dict__.pop("_search_weight", None)
+        self.__dict__.pop("_packed_weight", None)
         return super().train(mode)
