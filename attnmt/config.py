@@ -119,7 +119,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: bool = True  # mixed precision where it helps: CUDA autocast; on a CPU with bfloat16 units
     #                   (AVX-512 BF16, AMX) the LSTM's and the Transformer's training products in
-    #                   bfloat16 (models/packed.py)
+    #                   bfloat16 (kernels/packed.py)
     threads: int = 0  # CPU threads, 0 = torch's default
     row_groups: int = 0  # CPU: each batch as this many groups of rows at once, one thread each;
     #                      0 = auto (one per thread from hidden 256 with processes, 512 with threads), 1 = off

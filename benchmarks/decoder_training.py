@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from attnmt.attention.local_attention import LocalAttention
 from attnmt.config import ModelConfig
-from attnmt.models import packed
+from attnmt.kernels import packed
 from attnmt.models.decoders import LuongDecoder
 from attnmt.models.seq2seq import Seq2Seq
 

@@ -11,7 +11,7 @@ for the race model (``--hidden`` H, embeddings E = 256, 2 layers, input feeding;
     W_c                (M, 2H) · W_cᵀ (2H → H)             backward (M, H) · W_c (H → 2H)
 
 with three kernels: ``packed`` (oneDNN with the weight re-laid out once, what training uses;
-models/packed.py), ``addmm`` (x Wᵀ on the plain weight), ``transposed`` (W xᵀ: the rows as the
+kernels/packed.py), ``addmm`` (x Wᵀ on the plain weight), ``transposed`` (W xᵀ: the rows as the
 product's columns). Each shape: the best of ``--repeats`` timings of ``--calls`` calls. Then the
 whole step mix (all shapes in turn, as a step does) per kernel.
 

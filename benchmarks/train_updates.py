@@ -41,7 +41,7 @@ def one_run(data: Path, hidden: int, updates: int, threads: int, sentences: int,
     from attnmt.config import load_config
     from attnmt.data.batching import filter_by_length, iterate_batches, make_batches
     from attnmt.data.vocab import SPECIALS
-    from attnmt.models.packed import native_bf16, set_bf16_products
+    from attnmt.kernels.packed import native_bf16, set_bf16_products
     from attnmt.models.seq2seq import Seq2Seq
     from attnmt.train.row_groups import grouped_backward, groups_for
     from attnmt.train.row_processes import RowProcesses

@@ -28,10 +28,10 @@ import time
 
 
 def int8_everywhere() -> None:
-    """Every product packed for the search as an 8-bit one (models/packed.py ``pack_int8``): layer
+    """Every product packed for the search as an 8-bit one (kernels/packed.py ``pack_int8``): layer
     2 of the LSTM, W_c and the output layer; layer 1's product with the embedding-gate table
     (``linear_add``) stays in float32. An experiment, not an option of attnmt."""
-    from attnmt.models import packed
+    from attnmt.kernels import packed
 
     packed.pack = packed.pack_int8
 
@@ -40,7 +40,7 @@ def split(args) -> dict:
     import torch
 
     from attnmt.decode.translate import Translator
-    from attnmt.models import packed
+    from attnmt.kernels import packed
 
     torch.set_num_threads(1)
     out = {"seconds": 0.0, "flop": 0}

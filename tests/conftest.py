@@ -96,7 +96,7 @@ def _float32_training(monkeypatch):
     """In-process trainers train and ``attnmt translate`` searches in float32 on every machine:
     bfloat16 products (train.amp, translate's default on a CPU with bfloat16 units) would make
     results depend on the CPU. tests/test_bf16_products.py tests that path."""
-    from attnmt.models import packed
+    from attnmt.kernels import packed
     from attnmt.train import training
 
     monkeypatch.setattr(training, "native_bf16", lambda: False)

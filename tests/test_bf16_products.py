@@ -1,4 +1,4 @@
-"""bfloat16 products in CPU training (models/packed.py ``bf16_products``): the products take
+"""bfloat16 products in CPU training (kernels/packed.py ``bf16_products``): the products take
 bfloat16 roundings of their operands and return float32, only inside the block; the fused LSTM
 loss keeps its gradients close to float32's; row processes follow the parent's setting; the
 trainer turns it on for train.amp only on a CPU with bfloat16 units."""
@@ -10,8 +10,8 @@ import torch
 
 from attnmt.config import ModelConfig
 from attnmt.data.batching import collate
-from attnmt.models import packed
-from attnmt.models.packed import bf16_enabled, bf16_products, linear, linear_add, mm, pack, product
+from attnmt.kernels import packed
+from attnmt.kernels.packed import bf16_enabled, bf16_products, linear, linear_add, mm, pack, product
 from attnmt.models.seq2seq import Seq2Seq
 from attnmt.train.row_groups import split_rows
 

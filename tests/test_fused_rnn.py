@@ -1,4 +1,4 @@
-"""The hand-written LSTM backward passes (models/fused_rnn.py) give autograd's results.
+"""The hand-written LSTM backward passes (kernels/fused_rnn.py) give autograd's results.
 
 The input-feeding decoder's fused loop and its step loop (StepLoop, for the other attentions) are
 checked against the decoder's plain autograd loop (``_steppable`` off) on the loss and every
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnmt.config import ModelConfig
+from attnmt.kernels.fused_rnn import StepLoop, input_feeding_loop, lstm_layer
 from attnmt.models.decoders import LuongDecoder
-from attnmt.models.fused_rnn import StepLoop, input_feeding_loop, lstm_layer
 from attnmt.models.seq2seq import Seq2Seq
 
 
@@ -147,7 +147,7 @@ def test_fused_lstm_layer_gradcheck():
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_cross_entropy_equals_autograd(smoothing, bias):
-    from attnmt.models.fused_loss import linear_cross_entropy
+    from attnmt.kernels.fused_loss import linear_cross_entropy
 
     torch.manual_seed(0)
     x = torch.randn(9, 5, dtype=torch.float64, requires_grad=True)
@@ -169,7 +169,7 @@ def test_linear_cross_entropy_equals_autograd(smoothing, bias):
 
 
 def test_linear_cross_entropy_refuses_a_second_backward():
-    from attnmt.models.fused_loss import linear_cross_entropy
+    from attnmt.kernels.fused_loss import linear_cross_entropy
 
     x = torch.randn(3, 4, requires_grad=True)
     loss = linear_cross_entropy(x, torch.randn(6, 4, requires_grad=True), None, torch.tensor([1, 2, 3]))

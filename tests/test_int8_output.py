@@ -1,4 +1,4 @@
-"""`attnmt translate --int8`: the search's output layer as an 8-bit product (models/packed.py)."""
+"""`attnmt translate --int8`: the search's output layer as an 8-bit product (kernels/packed.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from attnmt.config import ModelConfig
 from attnmt.errors import UserError
-from attnmt.models import packed
+from attnmt.kernels import packed
 from attnmt.models.seq2seq import Seq2Seq
 
 needs_int8 = pytest.mark.skipif(not packed.INT8, reason="torch without oneDNN's quantised linear")

@@ -12,7 +12,7 @@ ROOT = Path(attnmt.__file__).parent
 
 # ARCHITECTURE.md, "Layers": a part may import parts of its own floor or of lower floors.
 FLOORS = {
-    "errors": 0, "jsonio": 0, "config": 0, "data": 0, "attention": 0,
+    "errors": 0, "jsonio": 0, "config": 0, "data": 0, "attention": 0, "kernels": 0,
     "models": 1, "ngram": 1, "corpora": 1,
     "runs": 2,
     "train": 3, "decode": 3, "eval": 3,
@@ -101,3 +101,28 @@ def test_parts_form_no_circle():
 def test_decode_does_not_stand_on_train():
     assert not [f"{a} -> {b}" for a, deps in _graph().items() for b in deps
                 if _part(a) == "decode" and _part(b) == "train"]
+
+
+def test_kernels_import_only_kernels():
+    """The fast paths stand below the definitions they implement: attention/ and models/ call
+    kernels/, and kernels/ import nothing else of attnmt (they name their definitions as text)."""
+    assert not [f"{a} -> {b}" for a, deps in _graph().items() for b in deps
+                if _part(a) == "kernels" and _part(b) != "kernels"]
+
+
+def test_every_kernel_names_definitions_that_exist():
+    import importlib
+    import pkgutil
+
+    import attnmt.kernels
+
+    for info in pkgutil.iter_modules(attnmt.kernels.__path__):
+        module = importlib.import_module(f"attnmt.kernels.{info.name}")
+        for name in getattr(module, "IMPLEMENTS", ()):
+            owner, _, attr = name.rpartition(".")
+            try:
+                target = importlib.import_module(owner)
+            except ImportError:  # a class's method: owner is module.Class
+                owner, _, cls = owner.rpartition(".")
+                target = getattr(importlib.import_module(owner), cls)
+            assert hasattr(target, attr), f"{info.name}: {name}"

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from tensor_probes import LargestTensor
 
 from attnmt.attention import GlobalAttention, LocalAttention, build_attention
-from attnmt.attention import window_products
-from attnmt.attention.window_products import WindowDot, WindowSum
 from attnmt.config import ModelConfig
+from attnmt.kernels import window_products
+from attnmt.kernels.window_products import WindowDot, WindowSum
 from attnmt.models.common import lengths_to_mask, select_batch
 from attnmt.models.seq2seq import Seq2Seq
 

@@ -1,4 +1,4 @@
-"""Local attention's decoding path (attention/local_decoding.py, autograd off): every step equals
+"""Local attention's decoding path (kernels/local_decoding.py, autograd off): every step equals
 the training path, beam rows share their sentence's padded tables (also after Memory.select), and
 a step touches nothing that grows with the source length."""
 
@@ -9,8 +9,9 @@ import torch
 from tensor_probes import LargestTensor
 from test_local_attention import SCORES, _inputs, _training_path
 
-from attnmt.attention import LocalAttention, local_decoding
+from attnmt.attention import LocalAttention
 from attnmt.config import ModelConfig
+from attnmt.kernels import local_decoding
 from attnmt.models.common import lengths_to_mask, select_batch
 from attnmt.models.seq2seq import Seq2Seq
 

@@ -1,4 +1,4 @@
-"""models/packed.py: float32 products through oneDNN's packed weights, or a plain product for
+"""kernels/packed.py: float32 products through oneDNN's packed weights, or a plain product for
 small ones (one or two rows, or few multiply-adds); the same function either way."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnmt.models import packed
+from attnmt.kernels import packed
 
 
 @pytest.mark.parametrize("few_rows", [False, True])

@@ -322,7 +322,7 @@ def test_model_specs_and_startup_errors(tiny_run, tmp_path, capsys):
 
 def test_serve_searches_as_translate_does(tiny_run, tmp_path, monkeypatch):
     """On a CPU with bfloat16 units both commands search in bfloat16 unless --float32."""
-    from attnmt.models import packed
+    from attnmt.kernels import packed
 
     monkeypatch.setattr(packed, "native_bf16", lambda: True)
     sentences = ["the red cat sees a dog", "a girl has the old book"]

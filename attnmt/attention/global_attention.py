@@ -97,7 +97,7 @@ class GlobalAttention(nn.Module):
 
     def dot_scores(self, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys k (B, S, d) and bias b (B, 1, S) with score(h_t, s) + mask = h_tᵀ k_s + b_s, for
-        a decoder that fuses its step loop (models/fused_rnn.py): dot and general read
+        a decoder that fuses its step loop (kernels/fused_rnn.py): dot and general read
         memory.keys (h̄_s or W_a h̄_s) with b = 0; location reads the rows of W_a for positions
         0..S−1 with their biases (W_a h_t = h_tᵀ W_a[s] + b_a[s]). b = −inf outside the sentence."""
         B, S = memory.mask.shape

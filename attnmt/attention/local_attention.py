@@ -33,14 +33,14 @@ Training (autograd on): per memory (``Memory.cached``), two small tables over th
 padded by D on each side give, for the window slot j of a centre, the memory row to read (clamped
 into the sentence) and an additive mask (0 inside the sentence, −inf outside). For dot and general
 the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) are autograd functions
-(attention/window_products.py) that gather the window rows in bounded chunks and gather them again
+(kernels/window_products.py) that gather the window rows in bounded chunks and gather them again
 in backward instead of keeping a (T, 2D+1, d) copy of the windows: training memory is
 O(T·(D + d)) on top of the encoder states (and their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
 for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected
 copy of the source (`concat` still precomputes W' h̄_s once per sentence).
 
 Decoding (autograd off) has its own path over zero-padded copies of the states, in
-attention/local_decoding.py, with its cost notes (``prepare`` and ``forward`` call it).
+kernels/local_decoding.py, with its cost notes (``prepare`` and ``forward`` call it).
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.attention import local_decoding
 from attnmt.attention.base import Memory
 from attnmt.attention.global_attention import ScoreFunction
-from attnmt.attention.window_products import StepLinear, WindowDot, WindowSum, gather_windows
+from attnmt.kernels import local_decoding
+from attnmt.kernels.window_products import StepLinear, WindowDot, WindowSum, gather_windows
 
 MODES = ("local-m", "local-p")
 COMPOSITIONS = ("paper", "inside")
@@ -126,7 +126,7 @@ class LocalAttention(nn.Module):
             keys = values if self.score.kind == "general" else self.score.keys(values)
             # shareable: beam hypotheses read their sentence's entry (see Memory), never a copy
             return Memory(values=values, keys=keys, mask=mask, lengths=lengths, shareable=True)
-        return local_decoding.prepare(self, values, mask, lengths)  # the padded tables
+        return local_decoding.prepare(self, values, mask, lengths, Memory)  # the padded tables
 
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None

@@ -19,7 +19,7 @@ from attnmt.data.vocab import Tokenizer, map_pieces_to_words
 from attnmt.decode.force import word_attention
 from attnmt.decode.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import UserError
-from attnmt.models import packed
+from attnmt.kernels import packed
 from attnmt.models.decoders import LuongDecoder
 from attnmt.runs.loader import Run, Source, load_run
 
@@ -78,7 +78,7 @@ def _bf16_switches(run: Run) -> list:
 
 def use_int8_output_layer(runs: list[Run]) -> None:
     """``attnmt translate --int8``: the search's output layer W_s h̃_t of every model as an 8-bit
-    product (models/packed.py, ``pack_int8``). The output layer is the largest product of a
+    product (kernels/packed.py, ``pack_int8``). The output layer is the largest product of a
     search step (V × H per hypothesis); in 8 bits it runs ~2× faster on an AVX2 core. Logits move
     by the rounding of W_s (per row) and of h̃_t (7 bits over its range), so scores and, rarely,
     choices change: a speed option, off by default. LSTM decoders on CPU only."""
@@ -108,7 +108,7 @@ def use_bf16_products(runs: list[Run]) -> None:
     """``attnmt translate --bf16``: every packed product of the search step (the LSTM layers, W_c
     and, unless --int8, the output layer; a Transformer's ``PackedLinear`` maps: projections,
     feed-forward, output) on bfloat16 weights and inputs, float32 results, on a
-    CPU with bfloat16 units (AVX-512 BF16 or AMX; models/packed.py ``native_bf16``), where they
+    CPU with bfloat16 units (AVX-512 BF16 or AMX; kernels/packed.py ``native_bf16``), where they
     run several times faster than in float32. States and scores stay float32; logits move by the
     rounding, so, rarely, choices change (test BLEU moved by −0.01 and +0.07 on the race's
     models); the default of ``attnmt translate`` where ``bf16_search_applies``."""

@@ -23,9 +23,9 @@ from torch import nn
 
 from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
-from attnmt.models import packed
-from attnmt.models.fused_rnn import StepLoop, dropout, input_feeding_loop
-from attnmt.models.packed import product
+from attnmt.kernels import packed
+from attnmt.kernels.fused_rnn import StepLoop, dropout, input_feeding_loop
+from attnmt.kernels.packed import product
 
 
 class LuongDecoder(nn.Module):
@@ -228,7 +228,7 @@ class LuongDecoder(nn.Module):
     # -- training on CPU: the whole input-feeding loop with a hand-written backward ------------
     def _fusable(self, memory: Memory | None, need_weights: bool) -> bool:
         """Teacher forcing with autograd on CPU, outside autocast, with an attention whose score is
-        a dot product with keys plus a bias (global dot/general/location): models/fused_rnn.py
+        a dot product with keys plus a bias (global dot/general/location): kernels/fused_rnn.py
         applies."""
         return (
             torch.is_grad_enabled()

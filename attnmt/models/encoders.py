@@ -7,8 +7,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnmt.data.vocab import PAD
-from attnmt.models.fused_rnn import dropout, lstm_layer
-from attnmt.models.packed import product
+from attnmt.kernels.fused_rnn import dropout, lstm_layer
+from attnmt.kernels.packed import product
 
 
 class LSTMEncoder(nn.Module):

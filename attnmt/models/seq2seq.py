@@ -22,9 +22,9 @@ from attnmt.attention import build_attention
 from attnmt.attention.base import Memory
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
+from attnmt.kernels.fused_loss import linear_cross_entropy
 from attnmt.models.common import init_uniform_, lengths_to_mask
 from attnmt.models.decoders import LuongDecoder
-from attnmt.models.fused_loss import linear_cross_entropy
 from attnmt.models.encoders import LSTMEncoder
 
 

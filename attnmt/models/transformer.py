@@ -36,8 +36,8 @@ from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
+from attnmt.kernels.packed import PackedLinear
 from attnmt.models.common import lengths_to_mask
-from attnmt.models.packed import PackedLinear
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...): (n, d)."""

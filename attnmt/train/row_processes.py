@@ -14,7 +14,7 @@ worker writes its part's gradient into its own shared block; this process adds t
 its own ``.grad`` in a fixed order. Messages over a pipe carry only the part's token ids, the
 loss scale, a dropout seed drawn from this process's generator (so a run stays reproducible
 and resumable from its checkpointed RNG state) and whether the parent's update runs with
-bfloat16 products (models/packed.py).
+bfloat16 products (kernels/packed.py).
 
 Only for the plain CPU case: a model whose class defines ``token_loss`` (Seq2Seq), one process
 (no DDP), parameters and gradients in float32 on the CPU, and Linux (fork).
@@ -32,7 +32,7 @@ import sys
 import torch
 
 from attnmt.data.batching import Batch
-from attnmt.models.packed import bf16_enabled, bf16_products
+from attnmt.kernels.packed import bf16_enabled, bf16_products
 from attnmt.train.row_groups import split_rows
 
 

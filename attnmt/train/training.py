@@ -33,9 +33,9 @@ from attnmt.config import Config, load_config, save_config
 from attnmt.data.batching import Batch, iterate_batches, make_batches
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
+from attnmt.kernels.packed import bf16_products, native_bf16
 from attnmt.models import build_model
 from attnmt.models.common import loss_units, model_loss, token_loss
-from attnmt.models.packed import bf16_products, native_bf16
 from attnmt.runs.checkpoint import (
     check_trainer_state,
     find_checkpoint,
@@ -193,7 +193,7 @@ class Trainer:
             (lambda: torch.autocast("cuda", dtype=dtype)) if use_amp else nullcontext
         )
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_amp and dtype == torch.float16)
-        # CPU: the LSTM's products in bfloat16 where the CPU has bfloat16 units (models/packed.py)
+        # CPU: the LSTM's products in bfloat16 where the CPU has bfloat16 units (kernels/packed.py)
         self.cpu_bf16 = t.amp and self.device.type == "cpu" and native_bf16()
         self.stop_requested = False
 

@@ -33,12 +33,18 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.attention.base import Memory
+# attnmt.attention.base.Memory: kernels import no definitions (ARCHITECTURE.md, "Layers"); the
+# attention passes its Memory class to ``prepare``
+Memory = Any
+
+# the definitions this module computes faster: LocalAttention.prepare / forward, autograd off
+IMPLEMENTS = ("attnmt.attention.local_attention.LocalAttention",)
 
 # decoding: a step gathers up to this many window elements at once (256 KB in float32); beyond it,
 # at long S, in STEP_CHUNKS chunks, each then smaller than one of the B×T×S score tensors a step of
@@ -64,16 +70,17 @@ def _sigmoid(x: float) -> float:
 
 
 def prepare(
-    att: nn.Module, values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor
+    att: nn.Module, values: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor,
+    memory_class: Callable[..., Memory],
 ) -> Memory:
-    """``LocalAttention.prepare`` without autograd: the memory of values (B, S, d) and mask
-    (B, S) that holds the tables of ``pad_memory`` (``padded`` returns them)."""
+    """``LocalAttention.prepare`` without autograd: the memory (a ``memory_class``) of values
+    (B, S, d) and mask (B, S) that holds the tables of ``pad_memory`` (``padded`` returns them)."""
     # decoding: W_a h̄_s once per sentence, as global attention does (a step then needs no
     # d×d product per hypothesis for the score); the memory's states are views into the
     # padded buffers the steps read
     padding = pad_memory(att, values, values, mask)
     padding.views = padding.memory_views()
-    memory = Memory(**padding.views, mask=mask, lengths=lengths, shareable=True)
+    memory = memory_class(**padding.views, mask=mask, lengths=lengths, shareable=True)
     memory.cached(("local-pad", att.window), lambda memory: padding)
     return memory
 

@@ -25,7 +25,10 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from attnmt.models.packed import linear, linear_add, mm, pack
+from attnmt.kernels.packed import linear, linear_add, mm, pack
+
+# the definitions this module computes faster: the LSTM recurrences of the decoder and the encoder
+IMPLEMENTS = ("attnmt.models.decoders.LuongDecoder", "attnmt.models.encoders.LSTMEncoder")
 
 
 def dropout_mask(shape: tuple[int, ...], p: float, like: torch.Tensor) -> torch.Tensor:
@@ -288,7 +291,7 @@ class StepLoop:
     The weight gradients Σ_t ∂L/∂gates_tᵀ [x_t ; h_{t-1}] are one product each over all B·T
     rows, formed by step 0's backward, which runs last (every later step depends on its
     outputs); autograd over a plain loop writes and adds a rank-B gradient T times per weight.
-    Products go through models/packed.py, in bfloat16 where ``bf16_products`` is on. Inter-layer
+    Products go through kernels/packed.py, in bfloat16 where ``bf16_products`` is on. Inter-layer
     dropout masks m are drawn per step (rate ``dropout``)."""
 
     def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor], w_c: torch.Tensor,

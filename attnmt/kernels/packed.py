@@ -37,6 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear)
+IMPLEMENTS = ("torch.nn.Linear", "torch.nn.functional.linear")
+
 _MKLDNN = (
     torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
