@@ -104,14 +104,6 @@ class LocalAttention(nn.Module):
         # window offsets −D..D; not persistent, so checkpoints hold parameters only
         self.register_buffer("offsets", torch.arange(-window, window + 1), persistent=False)
 
-    def train(self, mode: bool = True) -> "LocalAttention":
-        """Entering or leaving training drops the decoding tables kept on the module
-        (local_decoding._constant_tables): they are keyed on W_p's and v_p's version counters,
-        and torch's fused Adam updates parameters in place without bumping them, so between two
-        validations the key alone would not see that training moved the predictor."""
-        self.__dict__.pop("_decoding_constants", None)
-        return super().train(mode)
-
     @property
     def gaussian(self) -> bool:
         return math.isfinite(self.sigma)

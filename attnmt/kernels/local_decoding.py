@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnmt.kernels.cache import growing
+
 # attnmt.attention.base.Memory: kernels import no definitions (ARCHITECTURE.md, "Layers"); the
 # attention passes its Memory class to ``prepare``
 Memory = Any
@@ -185,25 +187,24 @@ def _constant_tables(att: nn.Module, S: int, device: torch.device, dtype: torch.
     """The tables of ``pad_memory`` that depend on no sentence (a selected memory's tables
     share them): the Gaussians, offsets, local-p's weights (``_position_weights``), and the
     positions −D..S+D−1 and slots 0..S+2D−1 (views of ranges kept for the longest S so far).
-    Kept on the module until local-p's W_p or v_p changes (an in-place update bumps a version
-    counter, a move the data pointer) or the module enters or leaves training (fused Adam bumps
-    no counter: ``LocalAttention.train``), as the decoder keeps its packed weights: taking W_pᵀ
-    again cost ~130 µs of a 200 µs ``prepare`` per sentence."""
+    Kept on the module (kernels/cache.py) until local-p's W_p or v_p changes or the module enters
+    or leaves training, as the decoder keeps its packed weights: taking W_pᵀ again cost ~130 µs
+    of a 200 µs ``prepare`` per sentence."""
     D, W = att.window, 2 * att.window + 1
     weights = (att.W_p.weight, att.v_p.weight) if att.mode == "local-p" else ()
-    key = (device, dtype, att.sigma, *((w.data_ptr(), w._version) for w in weights))
-    cached = att.__dict__.get("_decoding_constants")
-    if cached is None or cached[0] != key or cached[1] < S:
-        longest = S if cached is None or cached[0] != key else max(S, 2 * cached[1])
+
+    def build(previous: tuple[int, dict] | None) -> tuple[int, dict]:
+        longest = S if previous is None else max(S, 2 * previous[0])
         gauss = (att.offsets.square() * (-0.5 / att.sigma**2)).view(1, 1, W)  # local-m's
-        tables = {"log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
-                  "offsets": att.offsets.to(dtype),
-                  "positions": torch.arange(-D, longest + D, device=device, dtype=dtype),
-                  **_position_weights(att),
-                  # _attend_blocks: slots 0, 1, .. of a block
-                  "block_slots": torch.arange(longest + 2 * D, device=device, dtype=dtype)}
-        cached = att.__dict__["_decoding_constants"] = (key, longest, tables)
-    tables = cached[2]
+        return longest, {"log_gauss_m": gauss, "log_gauss_row": gauss.view(1, W),
+                         "offsets": att.offsets.to(dtype),
+                         "positions": torch.arange(-D, longest + D, device=device, dtype=dtype),
+                         **_position_weights(att),
+                         # _attend_blocks: slots 0, 1, .. of a block
+                         "block_slots": torch.arange(longest + 2 * D, device=device, dtype=dtype)}
+
+    _, tables = growing(att, "decoding_constants", weights, build, lambda kept: kept[0] >= S,
+                        (device, dtype, att.sigma))
     return {**tables, "positions": tables["positions"][: S + 2 * D],
             "block_slots": tables["block_slots"][: S + 2 * D]}
 

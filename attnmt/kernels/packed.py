@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnmt.kernels.cache import derived
+
 # the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear)
 IMPLEMENTS = ("torch.nn.Linear", "torch.nn.functional.linear")
 
@@ -220,8 +222,8 @@ class PackedLinear(nn.Linear):
     time in float32 than with nn.Linear, with the same output, and 1.6-2.0x less in bfloat16
     (docs/RESULTS.md). On a GPU and in other dtypes it is nn.Linear.
 
-    The packed copy is kept per weight version and dropped when the module enters or leaves
-    training: torch's fused Adam updates parameters in place without bumping their versions."""
+    The packed copy is kept by kernels/cache.py (per weight version, dropped when the module
+    enters or leaves training: torch's fused Adam updates parameters without bumping versions)."""
 
     bf16_search = False
 
@@ -234,13 +236,6 @@ class PackedLinear(nn.Linear):
         return linear(x, self._packed(), self.bias)
 
     def _packed(self) -> Packed:
-        key = (self.bf16_search, self.weight.data_ptr(), self.weight._version)
-        cached = self.__dict__.get("_packed_weight")
-        if cached is None or cached[0] != key:
-            cached = (key, pack(self.weight, 320, self.bf16_search, few_rows=True))
-            self.__dict__["_packed_weight"] = cached
-        return cached[1]
-
-    def train(self, mode: bool = True) -> "PackedLinear":
-        self.__dict__.pop("_packed_weight", None)
-        return super().train(mode)
+        return derived(self, "packed_weight", (self.weight,),
+                       lambda: pack(self.weight, 320, self.bf16_search, few_rows=True),
+                       (self.bf16_search,))

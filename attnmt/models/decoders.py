@@ -24,6 +24,7 @@ from torch import nn
 from attnmt.attention.base import Memory
 from attnmt.data.vocab import PAD
 from attnmt.kernels import packed
+from attnmt.kernels.cache import derived, drop
 from attnmt.kernels.fused_rnn import StepLoop, dropout, input_feeding_loop
 from attnmt.kernels.packed import product
 
@@ -76,31 +77,17 @@ class LuongDecoder(nn.Module):
         h_tilde = torch.tanh(self.W_c(torch.cat([context, h], dim=-1)))  # tanh(W_c[c_t; h_t])
         return h_tilde, weights
 
-    def train(self, mode: bool = True) -> "LuongDecoder":
-        """Entering or leaving training drops the weights kept for decoding (``_step_weights``,
-        ``_inference_weights``): they are keyed on version counters, and torch's fused Adam
-        updates parameters in place without bumping them, so between two validations the key
-        alone would not see that training changed every weight."""
-        self._cached_step_weights = None
-        self._cached_inference = None
-        return super().train(mode)
-
     # -- LSTM step with concatenated weights -------------------------------------------------
     def _step_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer: W = [W_ih_rest | W_hh] and b = b_ih + b_hh, for one matmul per layer per step.
         For layer 1, W_ih_rest is the input-feeding half (the embedding half is precomputed).
 
         Without autograd (decoding calls forward once per step) they are kept until a weight
-        changes: an in-place update bumps its version counter, a move changes its data pointer."""
+        changes (kernels/cache.py)."""
         if torch.is_grad_enabled():
-            self._cached_step_weights = None  # training: don't hold a stale copy
+            drop(self, "step_weights")  # training: don't hold a stale copy
             return self._concat_weights()
-        key = tuple((p.data_ptr(), p._version) for p in self.rnn.parameters())
-        cached = getattr(self, "_cached_step_weights", None)
-        if cached is None or cached[0] != key:
-            cached = (key, self._concat_weights())
-            self._cached_step_weights = cached
-        return cached[1]
+        return derived(self, "step_weights", list(self.rnn.parameters()), self._concat_weights)
 
     def _concat_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         out = []
@@ -189,8 +176,7 @@ class LuongDecoder(nn.Module):
 
     def _inference_weights(self):
         """Packed [W_ih | W_hh] and b_ih + b_hh per layer, the embedding-gate table, W_c and W_s,
-        kept until a weight changes (an in-place update bumps its version counter, a move its
-        data pointer).
+        kept until a weight changes (kernels/cache.py).
 
         The table holds W_ih[:, :E] emb(y) + b_ih + b_hh for every word y (V × 4H): a search
         step looks its rows up instead of multiplying the embedding half of layer 1 (E of the
@@ -198,32 +184,31 @@ class LuongDecoder(nn.Module):
         EMB_GATES_MAX_BYTES; layer 1 then multiplies [emb(y); h̃; h] as one product."""
         params = list(self.rnn.parameters()) + list(self.W_s.parameters()) + [self.embedding.weight]
         params += list(self.W_c.parameters()) if self.W_c is not None else []
-        key = (self.int8_output, self.bf16_search, *((p.data_ptr(), p._version) for p in params))
-        cached = getattr(self, "_cached_inference", None)
-        if cached is None or cached[0] != key:
-            layers, H, E = [], self.hidden, self.embed_dim
-            V = self.embedding.num_embeddings
-            table_fits = 4 * H * V * self.embedding.weight.element_size() <= self.EMB_GATES_MAX_BYTES
-            emb_gates = None
-            for layer in range(self.layers):
-                w = torch.cat([getattr(self.rnn, f"weight_ih_l{layer}"), getattr(self.rnn, f"weight_hh_l{layer}")], 1)
-                b = getattr(self.rnn, f"bias_ih_l{layer}") + getattr(self.rnn, f"bias_hh_l{layer}")
-                w, b = w.detach().clone(), b.detach().clone()
-                w[2 * H : 3 * H] *= 2  # the g gate: tanh(z) = 2σ(2z) − 1
-                b[2 * H : 3 * H] *= 2
-                if layer == 0 and table_fits:
-                    emb_gates = torch.addmm(b, self.embedding.weight.detach(), w[:, :E].t())  # (V, 4H)
-                    w = w[:, E:]
-                layers.append((packed.pack(w, 320, self.bf16_search, few_rows=True), b))
-            W_c = (packed.pack(2 * self.W_c.weight.detach(), 320, self.bf16_search, few_rows=True)
-                   if self.W_c is not None else None)
-            if self.int8_output:
-                W_s = packed.pack_int8(self.W_s.weight, 320)
-            else:
-                W_s = packed.pack(self.W_s.weight, 320, self.bf16_search, few_rows=True)
-            cached = (key, (layers, emb_gates, W_c, W_s))
-            self._cached_inference = cached
-        return cached[1]
+        return derived(self, "inference_weights", params, self._pack_inference_weights,
+                       (self.int8_output, self.bf16_search))
+
+    def _pack_inference_weights(self):
+        layers, H, E = [], self.hidden, self.embed_dim
+        V = self.embedding.num_embeddings
+        table_fits = 4 * H * V * self.embedding.weight.element_size() <= self.EMB_GATES_MAX_BYTES
+        emb_gates = None
+        for layer in range(self.layers):
+            w = torch.cat([getattr(self.rnn, f"weight_ih_l{layer}"), getattr(self.rnn, f"weight_hh_l{layer}")], 1)
+            b = getattr(self.rnn, f"bias_ih_l{layer}") + getattr(self.rnn, f"bias_hh_l{layer}")
+            w, b = w.detach().clone(), b.detach().clone()
+            w[2 * H : 3 * H] *= 2  # the g gate: tanh(z) = 2σ(2z) − 1
+            b[2 * H : 3 * H] *= 2
+            if layer == 0 and table_fits:
+                emb_gates = torch.addmm(b, self.embedding.weight.detach(), w[:, :E].t())  # (V, 4H)
+                w = w[:, E:]
+            layers.append((packed.pack(w, 320, self.bf16_search, few_rows=True), b))
+        W_c = (packed.pack(2 * self.W_c.weight.detach(), 320, self.bf16_search, few_rows=True)
+               if self.W_c is not None else None)
+        if self.int8_output:
+            W_s = packed.pack_int8(self.W_s.weight, 320)
+        else:
+            W_s = packed.pack(self.W_s.weight, 320, self.bf16_search, few_rows=True)
+        return layers, emb_gates, W_c, W_s
 
     # -- training on CPU: the whole input-feeding loop with a hand-written backward ------------
     def _fusable(self, memory: Memory | None, need_weights: bool) -> bool:
