@@ -70,9 +70,7 @@ class Model:
     def classify(self, lines: list[str]) -> list[str]:
         """The predicted label of each line (a classify run)."""
         self._need("classify")
-        cfg = self.run.cfg
-        texts = [line.lower() for line in lines] if cfg.data.lowercase else lines
-        ids = encode_inputs(self.run.src_tok, texts, cfg.data.max_len)
+        ids = encode_inputs(self.run.src_tok, lines, self.run.cfg.data.max_len)
         return [self.run.tgt_tok.piece(c) for c in predict(self.run.model, ids, self.run.device)]
 
 

@@ -105,3 +105,44 @@ def test_length_filter_and_buckets():
     assert batches != make_batches(src, src, 16, "sents", True, 3, 2)
     by_tokens = make_batches(src, src, 64, "tokens", shuffle=False)
     assert all(len(b) * max(len(src[i]) + 1 for i in b) <= 64 for b in by_tokens)
+
+
+def test_lowercase_tokenizers_lower_every_text_they_read(tmp_path):
+    """data.lowercase lives in the tokenizer: it builds on lower-cased text and lower-cases what
+    it encodes or splits, so no caller checks the flag (pieces given to encode_pieces stay)."""
+    word = WordTokenizer.build(["The Cat, the dog."], max_size=100, lowercase=True)
+    assert "The" not in word.tokens and "cat" in word.tokens
+    assert word.encode("THE CAT") == word.encode("the cat") and UNK not in word.encode("The Cat")
+    assert word.split_with_words("The Cat,") == (["the", "cat", ","], [0, 1, 1])
+    word.save(tmp_path, "src")
+    assert load_tokenizer(tmp_path, "src", lowercase=True).encode("The Dog") == word.encode("the dog")
+    assert UNK in load_tokenizer(tmp_path, "src").encode("The Dog")  # a cased run reads it as it is
+    lines = [f"Word{i % 7} And More Text {i}" for i in range(200)]
+    spm = SentencePieceTokenizer.build(lines, tmp_path / "m", vocab_size=60, lowercase=True)
+    assert not any(c.isupper() for i in range(len(spm)) for c in spm.piece(i))
+    assert spm.encode("WORD3 AND text") == spm.encode("word3 and text")
+    assert spm.split("And") == spm.split("and")
+    spm.save(tmp_path, "tgt")
+    assert load_tokenizer(tmp_path, "tgt", lowercase=True).encode("TEXT") == spm.encode("text")
+
+
+def test_a_lowercase_run_reads_cased_input_through_its_tokenizers(tiny_corpus, tmp_path):
+    """Trained with data.lowercase, a run's loaded tokenizers lower-case: translate, perplexity
+    and the source limit see 'The Red Cat' as 'the red cat'."""
+    from attnmt.decode.translate import Translator
+    from attnmt.eval.perplexity import encode_texts
+    from attnmt.runs.loader import load_run
+    from attnmt.train.training import run_training
+
+    run_dir = tmp_path / "lower"
+    run_training(str(tiny_corpus.config), str(run_dir),
+                 ["data.lowercase=true", "train.max_steps=3", "train.valid_every=0"], resume=False)
+    run = load_run(run_dir)
+    assert run.src_tok.lowercase and run.tgt_tok.lowercase
+    assert run.source("The Red CAT").ids == run.source("the red cat").ids
+    assert UNK not in run.source("The Red CAT").ids
+    src, tgt, words = encode_texts(run, ["The Cat"], ["El Gato"])
+    assert (src, tgt, words) == encode_texts(run, ["the cat"], ["el gato"])
+    translator = Translator.of(run)
+    upper, lower = (translator.translate([x], beam=1)[0][0].text for x in ("The Red Cat", "the red cat"))
+    assert upper == lower

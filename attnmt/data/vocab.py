@@ -6,9 +6,11 @@ Both share one small interface and the same special ids, so every other part of 
     tok.encode(line) -> list[int]            # no <s>/</s> added
     tok.decode(ids) -> str                   # detokenised text
     tok.split_with_words(line) -> (pieces, word_index)   # piece i came from whitespace word word_index[i]
-    tok.piece(i) -> str, len(tok), tok.save(dir, side), load_tokenizer(dir, side)
+    tok.piece(i) -> str, len(tok), tok.save(dir, side), load_tokenizer(dir, side, lowercase)
 
-Special ids are fixed: <pad>=0, <unk>=1, <s>=2, </s>=3.
+Special ids are fixed: <pad>=0, <unk>=1, <s>=2, </s>=3. A tokenizer made with ``lowercase=True``
+(the run's ``data.lowercase``) lower-cases every text it reads, in building too, so no caller
+checks the flag; it does not touch pieces given to ``encode_pieces``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from attnmt.errors import UserError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def _cased(line: str, lowercase: bool) -> str:
+    return line.lower() if lowercase else line
 
 
 def _moses(lang: str):
@@ -39,25 +45,27 @@ class WordTokenizer:
 
     kind = "word"
 
-    def __init__(self, tokens: list[str], lang: str = "en"):
+    def __init__(self, tokens: list[str], lang: str = "en", lowercase: bool = False):
         if tokens[: len(SPECIALS)] != SPECIALS:
             tokens = SPECIALS + [t for t in tokens if t not in SPECIALS]
         self.tokens = tokens
         self.index = {t: i for i, t in enumerate(tokens)}
         self.lang = lang
+        self.lowercase = lowercase
         self._tok, self._detok = _moses(lang)
 
     @classmethod
     def build(
-        cls, lines: Iterable[str], max_size: int = 50000, min_freq: int = 1, lang: str = "en"
+        cls, lines: Iterable[str], max_size: int = 50000, min_freq: int = 1, lang: str = "en",
+        lowercase: bool = False,
     ) -> "WordTokenizer":
-        probe = cls(SPECIALS, lang)
+        probe = cls(SPECIALS, lang, lowercase)
         counts: Counter[str] = Counter()
         for line in lines:
             counts.update(probe.split(line))
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         words = [w for w, c in ranked if c >= min_freq and w not in SPECIALS]
-        return cls(SPECIALS + words[: max(0, max_size - len(SPECIALS))], lang)
+        return cls(SPECIALS + words[: max(0, max_size - len(SPECIALS))], lang, lowercase)
 
     def split(self, line: str) -> list[str]:
         return self.split_with_words(line)[0]
@@ -65,7 +73,7 @@ class WordTokenizer:
     def split_with_words(self, line: str) -> tuple[list[str], list[int]]:
         pieces: list[str] = []
         word_index: list[int] = []
-        for w, word in enumerate(line.split()):
+        for w, word in enumerate(_cased(line, self.lowercase).split()):
             for piece in self._tok.tokenize(word, escape=False):
                 pieces.append(piece)
                 word_index.append(w)
@@ -101,9 +109,10 @@ class SentencePieceTokenizer:
 
     kind = "spm"
 
-    def __init__(self, model_file: str | os.PathLike):
+    def __init__(self, model_file: str | os.PathLike, lowercase: bool = False):
         import sentencepiece as spm
 
+        self.lowercase = lowercase
         self.model_file = str(model_file)
         self.sp = spm.SentencePieceProcessor(model_file=self.model_file)
 
@@ -114,11 +123,12 @@ class SentencePieceTokenizer:
         model_prefix: str | os.PathLike,
         vocab_size: int = 8000,
         model_type: str = "bpe",
+        lowercase: bool = False,
     ) -> "SentencePieceTokenizer":
         import sentencepiece as spm
 
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(list(lines)),
+            sentence_iterator=iter([_cased(line, lowercase) for line in lines]),
             model_prefix=str(model_prefix),
             vocab_size=vocab_size,
             model_type=model_type,
@@ -131,15 +141,15 @@ class SentencePieceTokenizer:
             minloglevel=2,
             num_threads=2,
         )
-        return cls(f"{model_prefix}.model")
+        return cls(f"{model_prefix}.model", lowercase)
 
     @classmethod
-    def load_checked(cls, model_file: str | os.PathLike) -> "SentencePieceTokenizer":
+    def load_checked(cls, model_file: str | os.PathLike, lowercase: bool = False) -> "SentencePieceTokenizer":
         """A sentencepiece model trained elsewhere, if it uses attnmt's special ids."""
         if not Path(model_file).is_file():
             raise UserError("sentencepiece model not found", str(model_file))
         try:
-            tok = cls(model_file)
+            tok = cls(model_file, lowercase)
         except Exception as err:  # sentencepiece raises RuntimeError/OSError on junk files
             raise UserError(f"not a sentencepiece model ({str(err).splitlines()[0][:80]})", str(model_file)) from None
         ids = (tok.sp.pad_id(), tok.sp.unk_id(), tok.sp.bos_id(), tok.sp.eos_id())
@@ -150,7 +160,7 @@ class SentencePieceTokenizer:
         return tok
 
     def split(self, line: str) -> list[str]:
-        return self.sp.encode(line, out_type=str)
+        return self.sp.encode(_cased(line, self.lowercase), out_type=str)
 
     def split_with_words(self, line: str) -> tuple[list[str], list[int]]:
         pieces = self.split(line)
@@ -162,7 +172,7 @@ class SentencePieceTokenizer:
         return pieces, word_index
 
     def encode(self, line: str) -> list[int]:
-        return self.sp.encode(line)
+        return self.sp.encode(_cased(line, self.lowercase))
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         return [self.sp.piece_to_id(p) for p in pieces]
@@ -190,8 +200,9 @@ class SentencePieceTokenizer:
 Tokenizer = WordTokenizer | SentencePieceTokenizer
 
 
-def load_tokenizer(run_dir: str | os.PathLike, side: str) -> Tokenizer:
-    """Load the ``side`` ("src" or "tgt") tokenizer saved in a run directory."""
+def load_tokenizer(run_dir: str | os.PathLike, side: str, lowercase: bool = False) -> Tokenizer:
+    """Load the ``side`` ("src" or "tgt") tokenizer saved in a run directory; ``lowercase``: the
+    run's ``data.lowercase`` (it is kept in the config, not in the tokenizer's file)."""
     run_dir = Path(run_dir)
     spm_file = run_dir / f"{side}.spm.model"
     vocab_file = run_dir / f"{side}.vocab"
@@ -202,7 +213,7 @@ def load_tokenizer(run_dir: str | os.PathLike, side: str) -> Tokenizer:
         if not spm_file.is_file():
             raise UserError("is not a file", str(spm_file))
         try:
-            return SentencePieceTokenizer(spm_file)
+            return SentencePieceTokenizer(spm_file, lowercase)
         except (RuntimeError, OSError) as err:  # sentencepiece's message for a junk file
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"not a sentencepiece model ({reason})", str(spm_file)) from None
@@ -217,7 +228,7 @@ def load_tokenizer(run_dir: str | os.PathLike, side: str) -> Tokenizer:
         if not header or header[0] != "#word":
             raise UserError("not a vocabulary file (missing '#word' header)", str(vocab_file), 1)
         lang = header[1] if len(header) > 1 else "en"
-        return WordTokenizer([t for t in lines[1:] if t], lang)
+        return WordTokenizer([t for t in lines[1:] if t], lang, lowercase)
     raise UserError(f"no {side} tokenizer ({side}.vocab or {side}.spm.model)", str(run_dir))
 
 

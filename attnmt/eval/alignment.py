@@ -138,8 +138,7 @@ def force_align(
     if not any(s.strip() and t.strip() for s, t in zip(src_lines, tgt_lines)):
         raise UserError("no sentence pair to align (every pair has an empty side)")
     tgt_tok = members[0].tgt_tok
-    lower = members[0].cfg.data.lowercase
-    tgt_split = [tgt_tok.split_with_words(t.lower() if lower else t) for t in tgt_lines]
+    tgt_split = [tgt_tok.split_with_words(t) for t in tgt_lines]
     tgt_ids = [tgt_tok.encode_pieces(pieces) for pieces, _ in tgt_split]
     sums = [None] * len(src_lines)
     ent_total, max_total, pieces_total = 0.0, 0.0, 0
@@ -194,7 +193,7 @@ def sentence_attention(member: Run, sentence: str, target: str | None = None, be
     if target is not None:
         if not target.strip():
             raise UserError("--target is empty: give the translation to force decode, or leave it out")
-        ids = member.tgt_tok.encode(target.lower() if member.cfg.data.lowercase else target)
+        ids = member.tgt_tok.encode(target)
     else:
         best = Translator.of(member).translate([sentence], beam=beam)[0][0]
         ids, translation = member.tgt_tok.encode_pieces(best.tgt_pieces), best.text

@@ -63,8 +63,6 @@ def evaluate_file(run_dir: str, path: str, checkpoint: str = "best", group_colum
     if group_column is not None and not any(having):
         raise UserError(f"no column {group_column} to group by (0-based; the lines have "
                         f"{2 + max(len(e) for e in extras)} columns)", where)
-    if cfg.data.lowercase:
-        texts = [t.lower() for t in texts]
     ids = encode_inputs(src_tok, texts, cfg.data.max_len)
     gold = [labels.encode(y, where, n) for y, n in zip(gold_labels, numbers)]
     predicted = predict(model, ids, torch.device("cpu"))

@@ -58,14 +58,13 @@ def configured_setting(model) -> Setting:
 def encode_texts(run: Run, sources: list[str] | None, targets: list[str]) -> tuple[list, list, int]:
     """(source ids, target ids, whitespace words of the targets) as the run reads them; pairs (or
     LM lines) with an empty side are left out. ``sources`` is None for a language model."""
-    lower = (lambda x: x.lower()) if run.cfg.data.lowercase else (lambda x: x)
     if sources is not None:
         pairs = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()]
         src = run.source_ids([run.source(s) for s, _ in pairs])
-        texts = [lower(t) for _, t in pairs]
+        texts = [t for _, t in pairs]
         tgt = [run.tgt_tok.encode(t) for t in texts]
     else:
-        texts = [lower(x) for x in targets if x.strip()]
+        texts = [x for x in targets if x.strip()]
         encoded = [run.tgt_tok.encode(t) for t in texts]
         texts = [t for t, ids in zip(texts, encoded) if ids]
         tgt = [ids for ids in encoded if ids]

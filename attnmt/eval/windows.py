@@ -45,21 +45,20 @@ def collect(model, cfg, src_tok, tgt_tok, sentence: str, target: str | None = No
 
     Returns {"src": pieces, "tgt": pieces, "kinds": {kind: [per layer {attn, mask?, phi_l?, phi_r?}]}}
     with every tensor (H, T, S) for the one sentence."""
-    text = sentence.lower() if cfg.data.lowercase else sentence
     if target is not None and cfg.task != "translate":  # it would be ignored
         raise UserError(f"--target is for translation runs; this run's task is {cfg.task}")
     if target is not None and not target.strip():
         raise UserError("--target is empty: give the translation to force, or leave it out")
     kinds: dict[str, list] = {}
     if cfg.task == "lm":
-        ids = tgt_tok.encode(text)
+        ids = tgt_tok.encode(sentence)
         tgt_in = torch.tensor([[BOS] + ids])
         internals: list = []
         model.hidden(tgt_in, internals=internals)
         pieces = ["<s>"] + [tgt_tok.piece(i) for i in ids]
         kinds["decoder self"] = [x["self"] for x in internals]
         return {"src": pieces, "tgt": pieces, "kinds": kinds}
-    src_ids = src_tok.encode(text) or [1]
+    src_ids = src_tok.encode(sentence) or [1]
     src = torch.tensor([src_ids])
     lengths = torch.tensor([len(src_ids)])
     src_pieces = [src_tok.piece(i) for i in src_ids]
@@ -74,7 +73,7 @@ def collect(model, cfg, src_tok, tgt_tok, sentence: str, target: str | None = No
 
         out_ids = greedy_search(model, src, lengths)[0][0].tokens
     else:
-        out_ids = tgt_tok.encode(target.lower() if cfg.data.lowercase else target)
+        out_ids = tgt_tok.encode(target)
     tgt_in = torch.tensor([[BOS] + out_ids])
     dec_int: list = []
     model.decode(tgt_in, enc, internals=dec_int)

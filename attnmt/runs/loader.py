@@ -51,12 +51,10 @@ class Run:
         return next(self.model.parameters()).device
 
     def source(self, line: str) -> Source:
-        """Lower-cased if the run was trained so; cut to its first ``model.max_src_len`` pieces
+        """Lower-cased by the tokenizer if the run was trained so; cut to its first ``model.max_src_len`` pieces
         when the location score (which covers that many positions) is used. This is the one
         truncation rule: translate, eval, score --model, align and the analyses all read sources
         through here (``truncation_warning`` counts the lines it cuts)."""
-        if self.cfg.data.lowercase:
-            line = line.lower()
         pieces, words = self.src_tok.split_with_words(line)
         ids = self.src_tok.encode_pieces(pieces)[: self.cfg.model.source_limit()]
         return Source(pieces[: len(ids)], words[: len(ids)], ids)
@@ -66,8 +64,7 @@ class Run:
         limit = self.cfg.model.source_limit()
         if limit is None or self.src_tok is None:
             return 0
-        lower = self.cfg.data.lowercase
-        return sum(len(self.src_tok.split_with_words(x.lower() if lower else x)[0]) > limit for x in lines)
+        return sum(len(self.src_tok.split_with_words(x)[0]) > limit for x in lines)
 
     def source_ids(self, sources: list[Source]) -> list[list[int]]:
         """Encoder input: an empty source becomes one <unk>; reversed if the run reverses."""
@@ -100,8 +97,9 @@ def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer | None, Tokenizer |
     if not (run_dir / "config.yaml").is_file():
         raise UserError("not a training run directory (no config.yaml: file not found)", str(run_dir))
     cfg = load_config(run_dir / "config.yaml")
-    src_tok = load_tokenizer(run_dir, "src") if cfg.task in ("translate", "classify") else None
-    tgt = LabelSet.load(run_dir) if cfg.task == "classify" else load_tokenizer(run_dir, "tgt")
+    lower = cfg.data.lowercase  # the tokenizers lower-case what they read
+    src_tok = load_tokenizer(run_dir, "src", lower) if cfg.task in ("translate", "classify") else None
+    tgt = LabelSet.load(run_dir) if cfg.task == "classify" else load_tokenizer(run_dir, "tgt", lower)
     return cfg, src_tok, tgt
 
 

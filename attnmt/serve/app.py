@@ -280,9 +280,8 @@ def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) ->
             )
         # whitespace words are a lower bound on pieces: reject megabyte lines without tokenising
         n = len(line.split())
-        if n <= limits.max_tokens:  # split as the translator will (lowercasing may lengthen text)
-            text = line.lower() if served.translator.cfg.data.lowercase else line
-            pieces.append(tok.split(text) if line.strip() else [])
+        if n <= limits.max_tokens:  # split as the translator will (its tokenizer lower-cases)
+            pieces.append(tok.split(line) if line.strip() else [])
             n = len(pieces[-1])
         if n > limits.max_tokens:
             raise HTTPException(

@@ -28,11 +28,13 @@ class TaskData:
     notes: list[str] = field(default_factory=list)
 
 
-def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: Path) -> Tokenizer:
+def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: Path,
+                    lowercase: bool = False) -> Tokenizer:
     if kind == "word":
-        return WordTokenizer.build(lines, max_size=size, lang=lang)
+        return WordTokenizer.build(lines, max_size=size, lang=lang, lowercase=lowercase)
     if kind in ("bpe", "unigram"):
-        return SentencePieceTokenizer.build(lines, prefix, vocab_size=size, model_type=kind)
+        return SentencePieceTokenizer.build(lines, prefix, vocab_size=size, model_type=kind,
+                                            lowercase=lowercase)
     raise UserError(f"data.tokenizer must be word, bpe or unigram, not {kind!r}")
 
 
@@ -42,31 +44,25 @@ def _tokenizer(cfg: Config, run_dir: Path, side: str, lines: list[str], create: 
     d = cfg.data
     given = d.src_spm if side == "src" else d.tgt_spm
     if given:
-        tok = SentencePieceTokenizer.load_checked(given)
+        tok = SentencePieceTokenizer.load_checked(given, d.lowercase)
         tok.save(run_dir, side)
         return tok
     size = d.src_vocab_size if side == "src" else d.tgt_vocab_size
     lang = d.src if side == "src" else d.tgt
-    if d.lowercase:
-        lines = [line.lower() for line in lines]
-    tok = build_tokenizer(d.tokenizer, lines, size, lang, run_dir / f"{side}.spm")
+    tok = build_tokenizer(d.tokenizer, lines, size, lang, run_dir / f"{side}.spm", d.lowercase)
     tok.save(run_dir, side)
     return tok
-
-
-def _lower(lines: list[str], cfg: Config) -> list[str]:
-    return [line.lower() for line in lines] if cfg.data.lowercase else lines
 
 
 def _lm_lines(path: str, domains: list[str], cfg: Config) -> tuple[list[str], list[int | None]]:
     """An LM's non-empty lines and each one's domain index (None without ngram.domains, whose
     "{domain}" in ``path`` names one file per domain)."""
     if not domains:
-        lines = [x for x in _lower(read_lines(path), cfg) if x.strip()]
+        lines = [x for x in read_lines(path) if x.strip()]
         return lines, [None] * len(lines)
     lines, index = [], []
     for k, name in enumerate(domains):
-        part = [x for x in _lower(read_lines(path.replace("{domain}", name)), cfg) if x.strip()]
+        part = [x for x in read_lines(path.replace("{domain}", name)) if x.strip()]
         lines += part
         index += [k] * len(part)
     return lines, index
@@ -91,12 +87,12 @@ def prepare_data(
         raise UserError("data.train is not set in the config")
     if cfg.task == "translate":
         src_lines, tgt_lines, stats = read_parallel(d.train, d.src, d.tgt)
-        src_lines, tgt_lines = _lower(src_lines, cfg), _lower(tgt_lines, cfg)
         src_tok = _tokenizer(cfg, run_dir, "src", src_lines, create_tokenizers)
         tgt_tok = _tokenizer(cfg, run_dir, "tgt", tgt_lines, create_tokenizers)
         sync()
         if not create_tokenizers:
-            src_tok, tgt_tok = load_tokenizer(run_dir, "src"), load_tokenizer(run_dir, "tgt")
+            src_tok = load_tokenizer(run_dir, "src", d.lowercase)
+            tgt_tok = load_tokenizer(run_dir, "tgt", d.lowercase)
         train_src = encode_corpus(src_tok, src_lines, d.reverse_source)
         train_tgt = encode_corpus(tgt_tok, tgt_lines)
         train_src, train_tgt, dropped = filter_by_length(train_src, train_tgt, d.max_len)
@@ -104,8 +100,8 @@ def prepare_data(
         data.notes.append(f"train: {stats.summary()}; {dropped} pairs over {d.max_len} tokens")
         if d.dev:
             dsrc, dtgt, _ = read_parallel(d.dev, d.src, d.tgt)
-            data.dev_src = encode_corpus(src_tok, _lower(dsrc, cfg), d.reverse_source)
-            data.dev_tgt = encode_corpus(tgt_tok, _lower(dtgt, cfg))
+            data.dev_src = encode_corpus(src_tok, dsrc, d.reverse_source)
+            data.dev_tgt = encode_corpus(tgt_tok, dtgt)
         return data
     if cfg.task == "lm":
         domains = cfg.ngram.domains.split()
@@ -115,7 +111,7 @@ def prepare_data(
         tgt_tok = _tokenizer(cfg, run_dir, "tgt", lines, create_tokenizers)
         sync()
         if not create_tokenizers:
-            tgt_tok = load_tokenizer(run_dir, "tgt")
+            tgt_tok = load_tokenizer(run_dir, "tgt", d.lowercase)
         kept = [(seq[: d.max_len], k) for seq, k in zip(encode_corpus(tgt_tok, lines), line_domains) if seq]
         data = TaskData(None, tgt_tok, [_domain_source(k) for _, k in kept], [seq for seq, _ in kept])
         if domains:
@@ -138,14 +134,13 @@ def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[
 
     d = cfg.data
     texts, labels, _, where, numbers = read_classification(d.train, d.src, d.tgt)
-    texts = _lower(texts, cfg)
     src_tok = _tokenizer(cfg, run_dir, "src", texts, create)
     label_set = LabelSet.build(labels)
     if create:
         label_set.save(run_dir)
     sync()
     if not create:
-        src_tok, label_set = load_tokenizer(run_dir, "src"), LabelSet.load(run_dir)
+        src_tok, label_set = load_tokenizer(run_dir, "src", d.lowercase), LabelSet.load(run_dir)
 
     def encode(lines: list[str], tags: list[str], path: str, at: list[int]
                ) -> tuple[list[list[int]], list[list[int]]]:
@@ -156,5 +151,5 @@ def _prepare_classify(cfg: Config, run_dir: Path, create: bool, sync: Callable[[
     data.notes.append(f"train: {len(texts)} sentences, {len(label_set)} classes ({', '.join(label_set.labels)})")
     if d.dev:
         dev_texts, dev_labels, _, dev_where, dev_numbers = read_classification(d.dev, d.src, d.tgt)
-        data.dev_src, data.dev_tgt = encode(_lower(dev_texts, cfg), dev_labels, dev_where, dev_numbers)
+        data.dev_src, data.dev_tgt = encode(dev_texts, dev_labels, dev_where, dev_numbers)
     return data
