@@ -1,14 +1,14 @@
 """Training updates of the input-feeding decoder on CPU: StepLoop against the plain autograd loop.
 
 For an attention the fused loop cannot take (local-m, local-p, concat), the decoder trains through
-``fused_rnn.StepLoop`` and, for local attention, ``LocalAttention.steps`` with ``StepLinear``
+``fused_rnn.StepLoop`` and, for local attention, ``attention_steps.local_steps`` with ``StepLinear``
 (every weight gradient one product over all steps). This times one forward + backward of the
 whole Seq2Seq on random batches of the race's shapes (2 × --hidden LSTMs, 64 sentences of 20–45
 source and target pieces, a 4,000-piece vocabulary per side, dropout 0.2), in --rounds rounds
 that run both paths back to back in alternating order:
 
     steploop   today's path
-    autograd   the decoder's plain step loop (``LuongDecoder._steppable`` off, the query
+    autograd   the decoder's plain step loop (``lstm_steps.steppable`` off, the query
                products of local attention as separate products), autograd summing every
                step's weight gradient
 
@@ -32,8 +32,7 @@ import torch.nn.functional as F
 
 from attnmt.attention.local_attention import LocalAttention
 from attnmt.config import ModelConfig
-from attnmt.kernels import packed
-from attnmt.models.decoders import LuongDecoder
+from attnmt.kernels import lstm_steps, packed
 from attnmt.models.seq2seq import Seq2Seq
 
 
@@ -63,7 +62,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = Seq2Seq(cfg, 4000, 4000).train()
     data = batches(args.batches, 4000)
-    paths = {"steploop": (LuongDecoder._steppable, LocalAttention._query_weights),
+    paths = {"steploop": (lstm_steps.steppable, LocalAttention._query_weights),
              "autograd": (lambda self, memory: False, lambda self, keys_projected: [])}
 
     def run() -> None:
@@ -79,12 +78,12 @@ def main() -> None:
             run()  # warm-up
             for r in range(args.rounds):
                 for name in list(paths) if r % 2 else list(paths)[::-1]:
-                    LuongDecoder._steppable, LocalAttention._query_weights = paths[name]
+                    lstm_steps.steppable, LocalAttention._query_weights = paths[name]
                     t0 = time.perf_counter()
                     run()
                     times[name].append((time.perf_counter() - t0) * 1e3 / args.batches)
     finally:
-        LuongDecoder._steppable, LocalAttention._query_weights = paths["steploop"]
+        lstm_steps.steppable, LocalAttention._query_weights = paths["steploop"]
     ratios = sorted(a / s for a, s in zip(times["autograd"], times["steploop"]))
     result = {"benchmark": "decoder_training", "attention": args.attention, "score": args.score,
               "hidden": args.hidden, "threads": torch.get_num_threads(), "bf16_products": bf16,

@@ -1,7 +1,7 @@
 """The hand-written LSTM backward passes (kernels/fused_rnn.py) give autograd's results.
 
 The input-feeding decoder's fused loop and its step loop (StepLoop, for the other attentions) are
-checked against the decoder's plain autograd loop (``_steppable`` off) on the loss and every
+checked against the decoder's plain autograd loop (``lstm_steps.steppable`` off) on the loss and every
 parameter gradient, and against numerical derivatives (gradcheck) with dropout on. The encoder's fused layer is covered by
 tests/test_encoder_steps.py (it is the CPU training path there)."""
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnmt.config import ModelConfig
+from attnmt.kernels import lstm_steps
 from attnmt.kernels.fused_rnn import StepLoop, input_feeding_loop, lstm_layer
-from attnmt.models.decoders import LuongDecoder
 from attnmt.models.seq2seq import Seq2Seq
 
 
@@ -60,9 +60,9 @@ def _assert_same(a, b):
 @pytest.mark.parametrize("score", ["dot", "general", "location"])
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_fused_decoder_equals_step_loop(score, layers, monkeypatch):
-    monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)  # autograd loop
+    monkeypatch.setattr(lstm_steps, "steppable", lambda decoder, memory: False)  # autograd loop
     model = _model(score, layers)
-    assert model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False)
+    assert lstm_steps.fusable(model.decoder, model.encode(*_batch()[:2])["memory"], False)
     _assert_same(_loss_and_grads(model, need_weights=False), _loss_and_grads(model, need_weights=True))
 
 
@@ -78,7 +78,7 @@ def test_step_loop_equals_the_autograd_loop(attention, score, layers, monkeypatc
     monkeypatch.setattr(StepLoop, "lstm", lambda self, *a: calls.append(1) or lstm(self, *a))
     stepped = _loss_and_grads(model, need_weights=True)
     assert len(calls) == _batch()[2].size(1)  # one StepLoop step per target position
-    monkeypatch.setattr(LuongDecoder, "_steppable", lambda self, memory: False)
+    monkeypatch.setattr(lstm_steps, "steppable", lambda decoder, memory: False)
     _assert_same(stepped, _loss_and_grads(model, need_weights=True))
 
 
@@ -112,7 +112,7 @@ def test_other_attentions_keep_the_step_loop():
     for kind, score in (("global", "concat"), ("local-p", "general"), ("local-m", "dot")):
         cfg = ModelConfig(layers=1, hidden=6, embed=5, attention=kind, score=score, input_feed=True)
         model = Seq2Seq(cfg, 15, 13)
-        assert not model.decoder._fusable(model.encode(*_batch()[:2])["memory"], False), (kind, score)
+        assert not lstm_steps.fusable(model.decoder, model.encode(*_batch()[:2])["memory"], False), (kind, score)
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -185,19 +185,17 @@ def test_linear_cross_entropy_refuses_a_second_backward():
 @pytest.mark.parametrize("input_feed", [True, False])
 def test_inference_step_equals_the_generic_step(dtype, attention, score, gate_table, input_feed,
                                                 monkeypatch):
-    """Seq2Seq.step in eval mode without autograd (decoder.infer_step: packed weights, one product
+    """Seq2Seq.step in eval mode without autograd (lstm_steps.infer_step: packed weights, one product
     per layer, layer 1's embedding gates looked up in a table unless it is too large) gives the
     decoder's generic one-step forward: logits, state and attention."""
-    from attnmt.models.decoders import LuongDecoder
-
     if not gate_table:
-        monkeypatch.setattr(LuongDecoder, "EMB_GATES_MAX_BYTES", 0)
+        monkeypatch.setattr(lstm_steps, "EMB_GATES_MAX_BYTES", 0)
     cfg = ModelConfig(layers=2, hidden=6, embed=5, attention=attention, score=score,
                       input_feed=input_feed, dropout=0.3)
     torch.manual_seed(3)
     model = Seq2Seq(cfg, 15, 13, init_uniform=0.4).to(dtype).eval()
     with torch.no_grad():
-        emb_gates = model.decoder._inference_weights()[1]
+        emb_gates = lstm_steps.inference_weights(model.decoder)[1]
     assert (emb_gates is not None) == gate_table
     src, src_lengths, tgt_in, _ = _batch()
     with torch.no_grad():

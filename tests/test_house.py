@@ -39,3 +39,22 @@ def test_derived_weights_leave_the_state_dict_alone_and_go_on_train():
     model.train()
     assert not cache.held(model.decoder, "inference_weights")
     assert not cache.held(model.decoder.attention, "decoding_constants")
+
+
+def _class_lengths(folder: str) -> dict[str, int]:
+    import ast
+
+    out = {}
+    for path in (ROOT / folder).glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                out[f"{folder}/{path.name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return out
+
+
+def test_definitions_are_classes_of_at_most_200_lines():
+    """models/ and attention/ state the papers' math, a class one can read top to bottom; fast
+    paths go to kernels/."""
+    long = {name: n for folder in ("models", "attention") for name, n in _class_lengths(folder).items()
+            if n > 200}
+    assert not long

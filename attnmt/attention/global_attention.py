@@ -17,14 +17,13 @@ with one of four score functions (eq. 8 and the location variant)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 
 from attnmt.attention.base import Memory, masked_softmax
+from attnmt.kernels import attention_steps
 
 SCORES = ("dot", "general", "concat", "concat-simple", "location")
 
@@ -89,12 +88,6 @@ class GlobalAttention(nn.Module):
         else:
             self.score = ScoreFunction(score, query_dim, memory_dim)
 
-    @property
-    def dot_product_scores(self) -> bool:
-        """score(h_t, s) = h_tᵀ k_s + b_s (dot, general, location): decoders may fuse the step
-        loop over ``dot_scores``."""
-        return self.score_kind in ("dot", "general", "location")
-
     def dot_scores(self, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys k (B, S, d) and bias b (B, 1, S) with score(h_t, s) + mask = h_tᵀ k_s + b_s, for
         a decoder that fuses its step loop (kernels/fused_rnn.py): dot and general read
@@ -131,7 +124,7 @@ class GlobalAttention(nn.Module):
         need_weights: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if not torch.is_grad_enabled() and self.score_kind in ("dot", "general"):
-            return self._decode(query, memory)
+            return attention_steps.global_decode(self, query, memory)  # the search's kernel
         S = memory.values.size(1)
         if memory.rows > 1:  # query rows r·k .. r·k+k-1 read entry r: one product per entry
             R, T, d = query.shape
@@ -146,81 +139,3 @@ class GlobalAttention(nn.Module):
         weights = masked_softmax(scores, memory.mask)  # a_t: (B, T, S)
         context = weights @ memory.values  # c_t = Σ_s a_t(s) h̄_s: (B, T, d)
         return context, weights
-
-    def _decode(self, query: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, torch.Tensor]:
-        """``forward`` without autograd for a dot or general score: eq. 7 as softmax(q Kᵀ + b)
-        with the mask as an additive bias b (0 or −inf, ``dot_scores``), taken once per memory,
-        so a search step is three ops (scores with the mask, softmax, context) rather than
-        rebuilding the mask from the boolean one at every step."""
-        keys_t, bias = memory.cached(
-            "global-scores", lambda m: (m.keys.transpose(1, 2), self.dot_scores(m)[1]))
-        R, T, d = query.shape
-        E = R // memory.rows  # query rows r·k .. r·k+k−1 read entry r
-        rows = query.reshape(E, memory.rows * T, d)
-        if rows.dtype == bias.dtype and not torch.is_autocast_enabled(query.device.type):
-            scores = torch.baddbmm(bias, rows, keys_t)  # (E, k·T, S)
-        else:
-            scores = (rows @ keys_t).float() + bias
-        weights = torch.softmax(scores, dim=-1)
-        context = weights.to(memory.values.dtype) @ memory.values  # c_t: (E, k·T, d)
-        return context.view(R, T, -1), weights.view(R, T, -1)
-
-    def steps(self, memory: Memory) -> Callable:
-        """``attend(query, positions, need_weights)``, equal to ``self(query, memory, positions,
-        need_weights)``, for a loop of one-step queries (B, 1, d) over the same memory, each step's
-        query depending on the previous step's output (the input-feeding decoder).
-
-        With autograd on and a dot/general score, the memory's gradient is formed once for all
-        T steps instead of per step: ∂L/∂h̄ = Σ_t ∂L/∂score_tᵀ q_t (and likewise for the values)
-        is one (S × T)·(T × d) product per sentence. Per step it would be a rank-1 product written
-        and added into a (B, S, d) tensor T times, which makes the backward pass of attention
-        several times slower than its forward pass."""
-        keys, values = memory.keys, memory.values
-        if (
-            self.score_kind not in ("dot", "general")
-            or not torch.is_grad_enabled()
-            or not (keys.requires_grad or values.requires_grad)
-        ):
-            return lambda query, positions=None, need_weights=True: self(
-                query, memory, positions, need_weights
-            )
-        saved: list[tuple[torch.Tensor, ...]] = []
-        calls = [0]
-
-        def attend(query, positions=None, need_weights=True):
-            calls[0] += 1
-            return _StepAttention.apply(query, keys, values, memory.mask, saved, calls[0] == 1)
-
-        return attend
-
-
-class _StepAttention(torch.autograd.Function):
-    """One step of dot/general attention, c_t = softmax(q_t Kᵀ) V, whose backward returns the
-    memory gradient only at the first step, summed over all steps.
-
-    Every later step's query depends on this step's output, so autograd runs this step's
-    backward last; the later steps leave (q_t, ∂L/∂score_t, a_t, ∂L/∂c_t) in ``saved``."""
-
-    @staticmethod
-    def forward(ctx, query, keys, values, mask, saved, first):
-        weights = masked_softmax(query @ keys.transpose(1, 2), mask)  # (B, 1, S)
-        context = weights @ values  # (B, 1, d)
-        ctx.save_for_backward(query, keys, values, weights)
-        ctx.saved, ctx.first = saved, first
-        return context, weights
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, d_context, d_weights):
-        query, keys, values, weights = ctx.saved_tensors
-        d_a = d_context @ values.transpose(1, 2) + d_weights  # ∂L/∂a_t: (B, 1, S)
-        d_scores = weights * (d_a - (d_a * weights).sum(-1, keepdim=True))  # softmax backward
-        d_query = d_scores @ keys  # (B, 1, d)
-        ctx.saved.append((query, d_scores, weights, d_context))
-        if not ctx.first:
-            return d_query, None, None, None, None, None
-        q, d_s, a, d_c = (torch.cat(parts, dim=1) for parts in zip(*ctx.saved))  # (B, T, ·)
-        ctx.saved.clear()
-        d_keys = d_s.transpose(1, 2) @ q  # Σ_t ∂L/∂score_tᵀ q_t: (B, S, d)
-        d_values = a.transpose(1, 2) @ d_c  # Σ_t a_tᵀ ∂L/∂c_t: (B, S, d)
-        return d_query, d_keys, d_values, None, None, None

@@ -46,7 +46,6 @@ kernels/local_decoding.py, with its cost notes (``prepare`` and ``forward`` call
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -211,36 +210,6 @@ class LocalAttention(nn.Module):
         if not torch.is_grad_enabled():
             return local_decoding.decode(self, query, memory, positions, need_weights)
         return self._train(query, memory, positions, need_weights)
-
-    def steps(self, memory: Memory) -> Callable:
-        """``attend(query, positions, need_weights)``, equal to ``self(query, memory, positions,
-        need_weights)``, for a loop of one-step queries (B, 1, d) over the same memory, each step's
-        query depending on the previous step's output (the input-feeding decoder).
-
-        With autograd on and a dot/general score, the memory's gradient is formed once for all
-        steps: each step's backward leaves its windows' pieces (window_products._table_grad) and
-        the first step's, which runs last (every later step depends on its output), scatters
-        them all into one (E·S, d) tensor. Per step it would be a zeroed (E·S, d) tensor per
-        product, written and added up by autograd T times."""
-        if not (self.score_is_dot and torch.is_grad_enabled()
-                and (memory.keys.requires_grad or memory.values.requires_grad)):
-            return lambda query, positions=None, need_weights=True: self(
-                query, memory, positions, need_weights)
-        pieces: dict[str, list] = {"scores": [], "context": [], "projection": []}
-        # the per-step d × d products of the query, W_aᵀ h_t (general) and W_p h_t (local-p),
-        # stacked into one StepLinear whose weight gradient is also formed once
-        stacked = self._query_weights(memory.keys is not memory.values)
-        stacked = torch.cat(stacked) if stacked else None
-        calls = [0]
-
-        def attend(query, positions=None, need_weights=True):
-            calls[0] += 1
-            first = calls[0] == 1
-            steps = {k: (v, first) for k, v in pieces.items()}
-            steps["stacked"] = stacked
-            return self._train(query, memory, positions, need_weights, steps)
-
-        return attend
 
     def _train(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None,

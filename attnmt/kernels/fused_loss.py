@@ -17,6 +17,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from attnmt.kernels import packed
+from attnmt.kernels.dispatch import Kernel
 
 # the definitions this module computes faster: the output layer's token cross-entropy
 IMPLEMENTS = ("attnmt.models.common.token_loss",)
@@ -98,3 +99,8 @@ def linear_cross_entropy(
 ) -> torch.Tensor:
     """Σ_n cross-entropy(x_n Wᵀ + b, y_n) with label smoothing ε. x (N, d), W (V, d), y (N,)."""
     return _LinearCrossEntropy.apply(x, weight, bias, target, float(smoothing))
+
+
+KERNELS = (Kernel("fused_loss.linear_cross_entropy", "loss", "attnmt.models.seq2seq.Seq2Seq",
+                   "token_loss: the output layer and cross-entropy", lambda model: (True, ""),
+                   ("cpu",), linear_cross_entropy),)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from attnmt.kernels.dispatch import Kernel
 from attnmt.kernels.packed import linear, linear_add, mm, pack
 
 # the definitions this module computes faster: the LSTM recurrences of the decoder and the encoder
@@ -412,3 +413,7 @@ class _AttentionalStep(torch.autograd.Function):
             d_w_c = mm(torch.cat(loop.d_pres).t(), torch.cat(loop.cats))
             loop.cats, loop.d_pres = [], []
         return None, None, d_cat[:, : ctx.d], d_cat[:, ctx.d :], d_w_c
+
+
+KERNELS = (Kernel("fused_rnn.lstm_layer", "encoder", IMPLEMENTS[1], "every LSTM encoder",
+                   lambda encoder: (True, ""), ("cpu",), lstm_layer),)

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnmt.kernels.cache import growing
+from attnmt.kernels.dispatch import Kernel
 
 # attnmt.attention.base.Memory: kernels import no definitions (ARCHITECTURE.md, "Layers"); the
 # attention passes its Memory class to ``prepare``
@@ -568,3 +569,7 @@ def _window_weights(
     if att.gaussian and att.composition == "paper":
         weights = weights * log_gauss.exp()  # eq. 10
     return weights
+
+
+KERNELS = (Kernel("local_decoding.decode", "attention search", IMPLEMENTS[0], "every score",
+                   lambda att: (True, ""), ("cpu", "cuda"), decode),)

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnmt.kernels.cache import derived
+from attnmt.kernels.dispatch import Kernel
 
 # the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear)
 IMPLEMENTS = ("torch.nn.Linear", "torch.nn.functional.linear")
@@ -239,3 +240,7 @@ class PackedLinear(nn.Linear):
         return derived(self, "packed_weight", (self.weight,),
                        lambda: pack(self.weight, 320, self.bf16_search, few_rows=True),
                        (self.bf16_search,))
+
+
+KERNELS = (Kernel("packed.PackedLinear", "linear maps", "attnmt.kernels.packed.PackedLinear",
+                   "float32 weights", lambda linear: (True, ""), ("cpu",), PackedLinear),)
