@@ -20,7 +20,6 @@ from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
 from attnmt.eval.classify import predict
 from attnmt.eval.perplexity import configured_setting, encode_texts, perplexities
-from attnmt.ngram.residual import NgramResidual, unwrap
 from attnmt.runs.loader import Run, load_run
 
 
@@ -61,10 +60,8 @@ class Model:
         src, tgt, words = encode_texts(self.run, sources if self.task == "translate" else None, texts)
         if not tgt:
             raise UserError("no sentences to score")
-        model = self.run.model
-        ngram = model.ngram if isinstance(model, NgramResidual) else None
-        row = perplexities(unwrap(model), ngram, [configured_setting(model)], src, tgt, words,
-                           self.run.device, batch_tokens)[0]
+        row = perplexities(self.run.network, self.run.ngram, [configured_setting(self.run.ngram_head)],
+                           src, tgt, words, self.run.device, batch_tokens)[0]
         return {k: row[k] for k in ("ppl", "word_ppl", "logprob", "tokens", "words", "sentences")}
 
     def classify(self, lines: list[str]) -> list[str]:

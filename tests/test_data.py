@@ -139,6 +139,7 @@ def test_a_lowercase_run_reads_cased_input_through_its_tokenizers(tiny_corpus, t
                  ["data.lowercase=true", "train.max_steps=3", "train.valid_every=0"], resume=False)
     run = load_run(run_dir)
     assert run.src_tok.lowercase and run.tgt_tok.lowercase
+    assert run.network is run.model and run.ngram_head is None and run.ngram is None  # no NgramRes
     assert run.source("The Red CAT").ids == run.source("the red cat").ids
     assert UNK not in run.source("The Red CAT").ids
     src, tgt, words = encode_texts(run, ["The Cat"], ["El Gato"])

@@ -491,6 +491,9 @@ def test_multi_domain_training_uses_each_domains_ngram(tmp_path):
     gram = {k: load_ngram(run / f"ngram.train.{k}.bin") for k in "ab"}
     loaded = load_run(run, "last", "cpu")
     assert isinstance(loaded.model, NgramResidual) and loaded.model.domain_ngrams
+    # the run names its parts: the network under the head, the head, and the head's n-gram
+    assert loaded.network is loaded.model.model and loaded.ngram_head is loaded.model
+    assert loaded.ngram is loaded.model.ngram
     tok = loaded.tgt_tok
     text_a = [tok.encode(x) for x in (d / "a" / "dev.txt").read_text().splitlines()]
     # each n-gram knows its own rule only: domain a's text is far likelier under a's n-gram

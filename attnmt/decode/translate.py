@@ -49,13 +49,9 @@ def word_alignment(attention: torch.Tensor, src_words: list[int], tgt_words: lis
     return [(best[j], j) for j in range(len(best)) if j in present]
 
 
-def _network(run: Run) -> torch.nn.Module:
-    return getattr(run.model, "model", run.model)  # NgramResidual wraps the network
-
-
 def _search_decoder(run: Run, flag: str) -> LuongDecoder:
     """The LSTM decoder whose search step (``infer_step``) ``flag`` changes, or a UserError."""
-    decoder = getattr(_network(run), "decoder", None)
+    decoder = getattr(run.network, "decoder", None)
     if not isinstance(decoder, LuongDecoder):
         raise UserError(f"{flag} applies to LSTM decoders (their search step); "
                         "this model has none")
@@ -66,7 +62,7 @@ def _bf16_switches(run: Run) -> list:
     """What ``--bf16`` turns on in a model (each has ``bf16_search``): its LSTM decoder (the
     search step's packed products), or every ``packed.PackedLinear`` of a Transformer; or a
     UserError."""
-    network = _network(run)
+    network = run.network
     if isinstance(getattr(network, "decoder", None), LuongDecoder):
         return [network.decoder]
     linears = [m for m in network.modules() if isinstance(m, packed.PackedLinear)]

@@ -30,7 +30,7 @@ from attnmt.data.corpus import read_lines, read_parallel
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.ngram.model import load_ngram
-from attnmt.ngram.residual import NgramResidual, check_vocab, combine, unwrap
+from attnmt.ngram.residual import NgramResidual, check_vocab, combine
 from attnmt.runs.loader import Run, load_run, truncation_warning
 
 
@@ -48,10 +48,11 @@ class Setting:
         return "ngram"
 
 
-def configured_setting(model) -> Setting:
-    """The setting a loaded run decodes with: its n-gram mode and α (at the checkpoint's step)."""
-    if isinstance(model, NgramResidual):
-        return Setting(model.mode, model.lam if model.mode == "interp" else model.alpha)
+def configured_setting(head: NgramResidual | None) -> Setting:
+    """The setting a loaded run decodes with (``head``: its ``Run.ngram_head``): its n-gram mode
+    and α (at the checkpoint's step); the plain network's without a head."""
+    if head is not None:
+        return Setting(head.mode, head.lam if head.mode == "interp" else head.alpha)
     return Setting("residual", 0.0)
 
 
@@ -184,8 +185,7 @@ def perplexity_report(
     if tune_on and Path(tune_on).resolve() == Path(path).resolve():
         raise UserError("--tune-on must be a different file from --input (tuning on the test input)", tune_on)
     run = load_run(run_dir, checkpoint, device)
-    model = unwrap(run.model)
-    ngram = run.model.ngram if isinstance(run.model, NgramResidual) else None
+    model, ngram = run.network, run.ngram
     if ngram_path:
         ngram = load_ngram(ngram_path)
         check_vocab(ngram, run.tgt_tok, ngram_path)
@@ -196,7 +196,7 @@ def perplexity_report(
         raise UserError("this run has no n-gram model; give one with --ngram")
     if (tune_on or pick_on_test) and len(grid) < 2:
         raise UserError(f"{'--tune-on' if tune_on else '--pick-on-test'} needs a grid: several --alpha and/or --lambda values")
-    settings = list(dict.fromkeys(([] if grid else [configured_setting(run.model)]) + grid
+    settings = list(dict.fromkeys(([] if grid else [configured_setting(run.ngram_head)]) + grid
                                   + ([Setting("ngram")] if ngram_only else [])))
     device = run.device
     out: dict = {"model": run_dir, "input": path, "best": None}

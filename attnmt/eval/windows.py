@@ -26,7 +26,6 @@ from attnmt.attention.window import window_boundaries
 from attnmt.data.vocab import BOS
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
-from attnmt.ngram.residual import unwrap
 from attnmt.runs.loader import load_run
 
 
@@ -36,7 +35,7 @@ def transformer_run(run_dir: str | Path, checkpoint: str = "best"):
     run = load_run(run_dir, checkpoint, "cpu")
     if run.cfg.model.type != "transformer":
         raise UserError("window analysis needs a run with model.type: transformer", str(run_dir))
-    return unwrap(run.model), run.cfg, run.src_tok, run.tgt_tok
+    return run.network, run.cfg, run.src_tok, run.tgt_tok
 
 
 @torch.no_grad()

@@ -62,8 +62,7 @@ def init_uniform_(module: torch.nn.Module, scale: float) -> None:
 # -- the training objective ---------------------------------------------------------------------
 # Generation models are trained on the cross-entropy of their target tokens. A model class that
 # is trained otherwise defines ``loss(logits, batch, smoothing)`` (the summed loss of its forward
-# output) and ``units(batch)`` (how many things that sum is over); the classifier does. Looked up
-# on the class, so that wrappers (NgramRes) keep their own forward.
+# output) and ``units(batch)`` (how many things that sum is over); the classifier does.
 def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
     """Summed cross-entropy over non-padding target tokens. logits (B,T,V), target (B,T)."""
     return F.cross_entropy(
@@ -77,11 +76,11 @@ def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.
 
 def model_loss(model: torch.nn.Module, logits: torch.Tensor, batch, smoothing: float = 0.0) -> torch.Tensor:
     """The summed training loss of ``logits = model(batch...)[0]`` on ``batch``."""
-    own = getattr(type(model), "loss", None)
-    return own(model, logits, batch, smoothing) if own is not None else token_loss(logits, batch.tgt_out, smoothing)
+    own = getattr(model, "loss", None)
+    return own(logits, batch, smoothing) if own is not None else token_loss(logits, batch.tgt_out, smoothing)
 
 
 def loss_units(model: torch.nn.Module, batch) -> int:
     """What ``model_loss`` sums over in ``batch``: target tokens (with </s>), or the model's units."""
-    own = getattr(type(model), "units", None)
-    return own(model, batch) if own is not None else batch.target_tokens
+    own = getattr(model, "units", None)
+    return own(batch) if own is not None else batch.target_tokens

@@ -12,11 +12,17 @@ ignores. α is fixed, or annealed linearly to 0 over the first K updates (NgramR
 
 which the search's log_softmax leaves unchanged.
 
-``NgramResidual`` wraps any generation model (seq2seq.py's interface: forward / encode /
-init_state / step), so LSTM seq2seq, LSTM LM and the Transformers get the head without changes:
+``NgramResidual`` is an explicit head over any generation model (seq2seq.py's interface:
+forward / encode / init_state / step), so LSTM seq2seq, LSTM LM and the Transformers get it
+without changes:
 
     forward(src, src_lengths, tgt_in)  adds α · ngram.sequence_logprobs(tgt_in)        (B, T, V)
     step(prefix, state, enc)           adds α · ngram.next_token_logprobs(prefix[:, -(n-1):])
+
+It offers that interface and nothing else of the network: code that needs the network itself
+(its decoder, its fast paths) reads ``Run.network`` (runs/loader.py), the one place that looks
+through the head (``unwrap``). It has no ``token_loss``, so the trainer computes its loss from
+``forward`` and never skips the n-gram term.
 
 The n-gram model is no parameter or buffer: the wrapper's ``state_dict`` *is* the wrapped model's,
 so a checkpoint of an NgramRes run loads into the plain model and vice versa, and swapping the
@@ -169,18 +175,16 @@ class NgramResidual(nn.Module):
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
 
-    def __getattr__(self, name: str):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            modules = self.__dict__.get("_modules") or {}
-            if "model" not in modules:
-                raise
-            return getattr(modules["model"], name)  # has_attention, cfg, decoder, ...
+    @property
+    def has_attention(self) -> bool:
+        """Whether the network attends over a source (part of the generation interface the
+        search and force decoding read)."""
+        return getattr(self.model, "has_attention", True)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The neural model inside an NgramResidual (or DDP) wrapper."""
+    """The neural model inside an NgramResidual head (or DDP wrapper); ``Run.network`` is how
+    the rest of the toolkit asks."""
     model = getattr(model, "module", model) if isinstance(model, nn.parallel.DistributedDataParallel) else model
     return model.model if isinstance(model, NgramResidual) else model
 

@@ -50,6 +50,27 @@ class Run:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def network(self) -> nn.Module:
+        """The neural model: ``model`` itself, or the network under its NgramRes head (its
+        decoder, fast paths and attention internals live here; ``model`` is what scores)."""
+        from attnmt.ngram.residual import unwrap
+
+        return unwrap(self.model)
+
+    @property
+    def ngram_head(self):
+        """The NgramRes head (``model`` itself when the run has one, attnmt/ngram/residual.py), else None."""
+        from attnmt.ngram.residual import NgramResidual
+
+        return self.model if isinstance(self.model, NgramResidual) else None
+
+    @property
+    def ngram(self):
+        """The n-gram LM of the run's NgramRes head, else None."""
+        head = self.ngram_head
+        return head.ngram if head is not None else None
+
     def source(self, line: str) -> Source:
         """Lower-cased by the tokenizer if the run was trained so; cut to its first ``model.max_src_len`` pieces
         when the location score (which covers that many positions) is used. This is the one

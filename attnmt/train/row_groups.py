@@ -68,11 +68,11 @@ def grouped_backward(model: torch.nn.Module, batch: Batch, groups: int, scale: f
     each; returns the (unscaled) loss. ``model``'s class must define token_loss (Seq2Seq)."""
     global _pool
     params = [p for p in model.parameters() if p.requires_grad]
-    loss_of = type(model).token_loss
+    loss_of = model.token_loss
 
     def run(part: Batch) -> tuple[float, tuple]:
         with torch.enable_grad():
-            loss = loss_of(model, part.src, part.src_lengths, part.tgt_in, part.tgt_out, smoothing)
+            loss = loss_of(part.src, part.src_lengths, part.tgt_in, part.tgt_out, smoothing)
             grads = torch.autograd.grad(loss * scale, params, allow_unused=True)
         return float(loss.detach()), grads
 

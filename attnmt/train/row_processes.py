@@ -56,7 +56,7 @@ def supported(model: torch.nn.Module) -> bool:
     parameters on the CPU, and Linux's ``fork``."""
     params = [p for p in model.parameters() if p.requires_grad]
     return (
-        getattr(type(model), "token_loss", None) is not None
+        getattr(model, "token_loss", None) is not None
         and sys.platform.startswith("linux")  # fork is unsafe under macOS's system frameworks
         and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)
     )
@@ -130,8 +130,7 @@ class RowProcesses:
         torch.set_num_threads(max(1, threads // len(parts)))
         try:
             own = parts[0]
-            loss = type(self.model).token_loss(self.model, own.src, own.src_lengths, own.tgt_in,
-                                               own.tgt_out, smoothing)
+            loss = self.model.token_loss(own.src, own.src_lengths, own.tgt_in, own.tgt_out, smoothing)
             (loss * scale).backward()
             total = float(loss.detach())
         finally:
@@ -195,7 +194,7 @@ def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(threads)
-    loss_of = type(model).token_loss
+    loss_of = model.token_loss
     while True:
         try:
             message = conn.recv()
@@ -207,7 +206,7 @@ def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch
         try:
             torch.manual_seed(seed)
             with bf16_products(bf16):  # as the parent's update does
-                loss = loss_of(model, torch.from_numpy(src), torch.from_numpy(src_lengths),
+                loss = loss_of(torch.from_numpy(src), torch.from_numpy(src_lengths),
                                torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), smoothing)
                 got = torch.autograd.grad(loss * scale, params, allow_unused=True)
             for buf, g in zip(grads, got):

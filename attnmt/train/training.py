@@ -140,7 +140,7 @@ class TokenLoss(torch.nn.Module):
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 tgt_out: torch.Tensor, smoothing: float) -> torch.Tensor:
-        return type(self.model).token_loss(self.model, src, src_lengths, tgt_in, tgt_out, smoothing)
+        return self.model.token_loss(src, src_lengths, tgt_in, tgt_out, smoothing)
 
 
 class Trainer:
@@ -159,8 +159,8 @@ class Trainer:
         )
         src_vocab = len(self.data.src_tok) if self.data.src_tok else 0
         self.model = build_model(cfg, src_vocab, len(self.data.tgt_tok)).to(self.device)
-        # NgramRes (ngram: section): a wrapper whose state_dict is the plain model's; its α
-        # annealing reads self.step. A no-op without an n-gram model.
+        # NgramRes (ngram: section): a head over the network whose state_dict is the network's;
+        # its α annealing reads self.step. A no-op without an n-gram model.
         from attnmt.ngram.residual import attach_ngram
 
         self.model = attach_ngram(self.model, cfg, run_dir, self.data.tgt_tok, step_fn=lambda: self.step,
@@ -174,11 +174,10 @@ class Trainer:
         self.validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
         if resuming:
             self._resume()
-        # A model class may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal
-        # to token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). Looked up on
-        # the class: wrappers (NgramRes) forward attribute lookups to the model they wrap and
-        # would skip their own forward.
-        self.fused_loss = getattr(type(self.model), "token_loss", None) is not None
+        # A model may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal to
+        # token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). The NgramRes head
+        # defines none: its loss comes from its forward, the n-gram term included.
+        self.fused_loss = getattr(self.model, "token_loss", None) is not None
         want = t.row_workers == "processes" and self.device.type == "cpu"
         self.row_workers = "processes" if want and row_processes_supported(self.model) else "threads"
         self.row_processes: RowProcesses | None = None  # started by train(), see _start_row_processes
@@ -304,7 +303,7 @@ class Trainer:
             with sync(), self.autocast():
                 if self.fused_loss:
                     args = (batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, t.label_smoothing)
-                    loss = self.ddp(*args) if self.dist.world > 1 else type(self.model).token_loss(self.model, *args)
+                    loss = self.ddp(*args) if self.dist.world > 1 else self.model.token_loss(*args)
                 else:
                     logits, _ = self.ddp(batch.src, batch.src_lengths, batch.tgt_in)
                     loss = model_loss(self.model, logits, batch, t.label_smoothing)
