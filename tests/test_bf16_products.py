@@ -147,7 +147,7 @@ def test_trainer_uses_bf16_products_for_amp_on_bf16_cpus_only(tiny_corpus, tmp_p
 
 class _Run:  # what use_bf16_products reads of a loaded run
     def __init__(self, model, device="cpu"):
-        self.model, self.device = model, torch.device(device)
+        self.model, self.network, self.device = model, model, torch.device(device)
 
 
 def _transformer():

@@ -64,7 +64,7 @@ def test_pack_int8_refuses_what_it_cannot_do():
 
 class _Run:  # what use_int8_output_layer reads of a loaded run
     def __init__(self, model, device="cpu"):
-        self.model, self.device = model, torch.device(device)
+        self.model, self.network, self.device = model, model, torch.device(device)
 
 
 def _model(**overrides) -> Seq2Seq:
