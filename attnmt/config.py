@@ -62,7 +62,8 @@ class ModelConfig:
     heads: int = 4  # attention heads; hidden must be a multiple
     ff: int = 1024  # feed-forward inner size
     norm: str = "pre"  # pre (LN before each sub-layer, final LN) | post (Vaswani et al.)
-    positions: str = "sinusoidal"  # sinusoidal | learned
+    positions: str = "sinusoidal"  # sinusoidal | learned | none (relative self-attention's distances
+    #                                only: the form `attnmt export --format ctranslate2` needs for it)
     max_positions: int = 1024  # learned position table size (later positions reuse the last row)
     share_embeddings: bool = False  # one source/target embedding (needs equal vocabulary sizes)
     tie_output: bool = True  # output projection = target (LM: input) embedding
@@ -165,7 +166,7 @@ CHOICES = {
     "data.tokenizer": ("word", "bpe", "unigram"),
     "model.type": ("lstm", "transformer"),
     "model.norm": ("pre", "post"),
-    "model.positions": ("sinusoidal", "learned"),
+    "model.positions": ("sinusoidal", "learned", "none"),
     "train.optimizer": ("sgd", "adam"),
     "train.batch_by": ("sents", "tokens"),
     "train.loss_norm": ("sents", "tokens"),

@@ -26,6 +26,7 @@ COMMANDS = [
     "align",
     "aer",
     "average",
+    "export",
     "analyse",
     "experiment",
     "eval",

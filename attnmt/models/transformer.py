@@ -6,7 +6,8 @@ Layer (pre-norm, the default; ``model.norm: post`` gives the original post-norm)
     post:  x = LN(x + Dropout(Sublayer(x)))
 
 Sub-layers: self-attention, cross-attention (decoder of the encoder–decoder), and the position-wise
-feed-forward W_2 ReLU(W_1 x). Inputs: √d · embedding + positions (sinusoidal or learned).
+feed-forward W_2 ReLU(W_1 x). Inputs: √d · embedding + positions (sinusoidal, learned, or none:
+relative self-attention's distances as the only order information).
 
 Each attention kind (encoder self, decoder self, cross) picks its variant from ModelConfig
 (``enc_self_attention``, ``dec_self_attention``, ``cross_attention``; checked by config.validate); ``attention_layers: N``
@@ -50,7 +51,8 @@ def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tens
 
 
 class Embedder(nn.Module):
-    """√d · E[y] + PE[position]; learned positions beyond the table reuse its last row."""
+    """√d · E[y] + PE[position]; learned positions beyond the table reuse its last row;
+    ``positions: none`` adds nothing (a relative-position model's form, which CTranslate2 runs)."""
 
     def __init__(self, vocab: int, cfg: ModelConfig, embedding: nn.Embedding | None = None):
         super().__init__()
@@ -62,6 +64,7 @@ class Embedder(nn.Module):
                 self.embed.weight[PAD].zero_()
         self.scale = math.sqrt(d)
         self.learned = nn.Embedding(cfg.max_positions, d) if cfg.positions == "learned" else None
+        self.absolute = cfg.positions != "none"
         if self.learned is not None:
             nn.init.normal_(self.learned.weight, std=d**-0.5)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -73,7 +76,7 @@ class Embedder(nn.Module):
         if self.learned is not None:
             pos = (torch.arange(T, device=ids.device) + offset).clamp(max=self.learned.num_embeddings - 1)
             x = x + self.learned(pos)
-        else:
+        elif self.absolute:
             x = x + sinusoidal(offset + T, x.size(-1), ids.device)[offset:].to(x.dtype)
         return self.dropout(x)
 
