@@ -17,7 +17,7 @@ from attnmt.decode.translate import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed: pip install 'attnmt[ctranslate2]'")
 
-from attnmt.export.ctranslate2 import export_ctranslate2, translate  # noqa: E402
+from attnmt.export.ctranslate2 import export_ctranslate2  # noqa: E402
 
 WORDS = "a b c d e f g h i j".split()
 
@@ -110,9 +110,13 @@ def test_ctranslate2_greedy_equals_attnmt_greedy(trained, tmp_path, name, model)
     info = json.loads((tmp_path / "ct2" / "attnmt.json").read_text())
     assert info["quantization"] == "float32" and info["tokenizer"] == "word"
     # the serving side: text in, text out, through the run's tokenizers copied into the directory
-    texts = translate(tmp_path / "ct2", SOURCES[:4] + [""], beam=1, batch_size=2, threads=1)
-    want = Translator.from_run(run, device="cpu").translate(SOURCES[:4] + [""], beam=1)
-    assert texts == [t[0].text for t in want]
+    _write(tmp_path / "in.en", [*SOURCES[:4], "", *SOURCES[4:6]])
+    common = ["--input", str(tmp_path / "in.en"), "--beam", "1", "--batch-size", "1"]  # 1: the same length limits
+    assert main(["translate", "--model", str(run), *common, "-o", str(tmp_path / "attnmt.es")]) == 0
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path / "ct2"), *common,
+                 "-o", str(tmp_path / "ct2.es")]) == 0
+    want = (tmp_path / "attnmt.es").read_text(encoding="utf-8")
+    assert (tmp_path / "ct2.es").read_text(encoding="utf-8") == want and want.splitlines()[4] == ""
 
 
 def test_int8_export_translates_like_float32(trained, tmp_path):
@@ -157,6 +161,18 @@ def test_lstm_and_lm_runs_are_refused(tmp_path, capsys):
     assert "task: lm" in capsys.readouterr().err
 
 
+def test_ctranslate2_engine_refuses_what_it_cannot_do(trained, tmp_path, capsys):
+    run = trained("pre", PRE)
+    assert main(["export", "--format", "ctranslate2", "--model", str(run), "--out", str(tmp_path / "ct2")]) == 0
+    capsys.readouterr()
+    for flags in (["--nbest", "2"], ["--alignments", str(tmp_path / "a")], ["--int8"]):
+        assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path / "ct2"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flags[0] in err
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(run), "--input", str(tmp_path / "ct2" / "src.vocab")]) == 2
+    assert "not an attnmt CTranslate2 export" in capsys.readouterr().err  # a run, not an export
+
+
 def test_existing_out_is_kept_unless_force(tmp_path, capsys):
     from analysis_fixtures import make_run
 
@@ -175,3 +191,16 @@ def test_existing_out_is_kept_unless_force(tmp_path, capsys):
     assert main([*argv[:-1], str(run)]) == 2  # never over the run itself
     (tmp_path / "file").write_text("x")
     assert main([*argv[:-1], str(tmp_path / "file")]) == 2
+
+
+def test_readme_serving_snippet_runs(trained, tmp_path, monkeypatch, capsys):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    snippet = next(s for s in re.findall(r"```python\n(.*?)```", readme, re.S) if "ctranslate2.Translator" in s)
+    (tmp_path / "runs").mkdir()
+    export_ctranslate2(trained("pre", PRE), tmp_path / "runs" / "tf-ct2")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "README.md", "exec"), {})
+    assert capsys.readouterr().out.count("\n") == 1  # one translation printed

@@ -1,4 +1,5 @@
-"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8] [--bf16 | --float32]"""
+"""attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8] [--bf16 | --float32]
+attnmt translate --engine ctranslate2 --model DIR ...: a directory `attnmt export` wrote, in CTranslate2"""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from attnmt.errors import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help="translate text with a trained model")
-    p.add_argument("--model", required=True, action="append", help="training run directory")
+    p.add_argument("--model", required=True, action="append",
+                   help="training run directory (--engine ctranslate2: a directory attnmt export wrote)")
+    p.add_argument("--engine", default="attnmt", choices=["attnmt", "ctranslate2"],
+                   help="search in attnmt, or in CTranslate2 on an exported model (threads: OMP_NUM_THREADS)")
     p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
     p.add_argument("--input", "-i", help="source text, one sentence per line (default: stdin)")
     p.add_argument("--output", "-o", help="translations (default: stdout)")
@@ -69,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     # outputs are checked before the model loads: a typo should cost nothing
     if args.input:
         check_input(args.input)
+    if args.engine == "ctranslate2":
+        return _ctranslate2(args)
     from attnmt.runs.checkpoint import run_files
 
     read = [args.input, args.dict, args.ngram, *(f for m in args.model for f in run_files(m))]
@@ -121,4 +127,33 @@ def run(args: argparse.Namespace) -> int:
         if args.alignments:
             write_lines(args.alignments, [hyps[0].pharaoh() if hyps and lines[i].strip() else ""
                                           for i, hyps in enumerate(results)])
+    return 0
+
+
+def _ctranslate2(args: argparse.Namespace) -> int:
+    """--engine ctranslate2: the exported directory's tokenizers and CTranslate2's search."""
+    from attnmt.data.corpus import check_output, read_lines, read_stream, write_lines
+    from attnmt.export.ctranslate2 import translate
+
+    unused = {"--nbest": args.nbest > 1, "--alignments": args.alignments, "--int8": args.int8,
+              "--bf16": args.bf16, "--float32": args.float32, "--replace-unk": args.replace_unk,
+              "--ngram": args.ngram, "--alpha": args.alpha is not None, "--stop": args.stop != "best",
+              "--workers": args.workers, "--checkpoint": args.checkpoint != "best",
+              "--ensemble-mode": args.ensemble_mode != "logprob", "a second --model": len(args.model) > 1}
+    named = [flag for flag, given in unused.items() if given]
+    if named:
+        raise UserError(f"--engine ctranslate2 does not take {', '.join(named)} (quantize with attnmt export "
+                        "--quantization)")
+    if args.output:
+        check_output(args.output, [args.input, args.model[0]], "--output")
+    lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
+    device = "auto" if args.device == "auto" else args.device
+    out = translate(args.model[0], lines, beam=args.beam, batch_size=args.batch_size,
+                    length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
+                    max_len_cap=args.max_len_cap, device=device)
+    if args.output:
+        write_lines(args.output, out)
+    else:
+        sys.stdout.write("".join(x + "\n" for x in out))
+        sys.stdout.flush()
     return 0

@@ -28,7 +28,8 @@ data/vocab.py) are CTranslate2's unknown, decoder start and end tokens. Alignmen
 the last decoder layer's cross-attention averaged over all heads, as attnmt's. The directory also
 holds the run's tokenizer files (``src.spm.model``/``tgt.spm.model`` or ``src.vocab``/
 ``tgt.vocab``: ``attnmt.data.vocab.load_tokenizer(DIR, side)`` reads them) and ``attnmt.json``
-(where it came from, the lowercasing); ``translate`` below is the serving side: text in, text out.
+(where it came from, the lowercasing); ``translate`` below is the serving side, text in and text
+out (``attnmt translate --engine ctranslate2``).
 
 What CTranslate2 cannot express is refused by ``unsupported`` with the config key: LSTM models,
 LM and classifier runs, NgramRes heads, localness and window attention, relative attention on top
@@ -272,26 +273,29 @@ def read_info(model_dir: str | os.PathLike) -> dict:
 
 
 def translate(model_dir: str | os.PathLike, lines: list[str], beam: int = 5, batch_size: int = 64,
-              threads: int = 0, max_len_ratio: float = 2.0, max_len_cap: int = 512, device: str = "cpu",
-              compute_type: str = "default") -> list[str]:
-    """Translate text with an exported directory in CTranslate2: the run's tokenizer splits each
-    line into pieces (an empty line reads as <unk>, as attnmt's), CTranslate2 searches, the
-    target tokenizer joins the pieces. Batches of ``batch_size`` lines of similar length; each
-    batch's outputs stop at min(max_len_ratio · its longest source + 10, max_len_cap) pieces
-    (attnmt's limit is per sentence). ``threads``: CTranslate2's intra_threads (0: its default)."""
+              threads: int = 0, length_penalty: float = 1.0, max_len_ratio: float = 2.0, max_len_cap: int = 512,
+              device: str = "cpu", compute_type: str = "default") -> list[str]:
+    """Translate text with an exported directory in CTranslate2, as ``attnmt translate`` does: the
+    run's tokenizer splits each line into pieces, CTranslate2 searches, the target tokenizer joins
+    the pieces; a blank line gives a blank line. Batches of ``batch_size`` lines of similar length;
+    a batch's outputs stop at min(max_len_ratio · its longest source + 10, max_len_cap) pieces
+    (attnmt's limit is per sentence). ``threads``: CTranslate2's intra_threads (0: OMP_NUM_THREADS,
+    else its default)."""
     ct2 = _ctranslate2()
     info = read_info(model_dir)
     src_tok, tgt_tok = load_tokenizer(model_dir, "src"), load_tokenizer(model_dir, "tgt")
-    translator = ct2.Translator(str(model_dir), device=device, compute_type=compute_type, intra_threads=threads)
-    pieces = [src_tok.split(line.lower() if info.get("lowercase") else line) or [src_tok.piece(UNK)]
-              for line in lines]
-    order = sorted(range(len(lines)), key=lambda i: len(pieces[i]), reverse=True)
+    try:
+        translator = ct2.Translator(str(model_dir), device=device, compute_type=compute_type, intra_threads=threads)
+    except (RuntimeError, ValueError) as err:  # a damaged model.bin, an unknown device or compute type
+        raise UserError(f"CTranslate2 cannot load it ({str(err).splitlines()[0][:200]})", str(model_dir)) from None
+    pieces = [src_tok.split(line.lower() if info.get("lowercase") else line) for line in lines]
+    order = sorted((i for i, p in enumerate(pieces) if p), key=lambda i: len(pieces[i]), reverse=True)
     out = [""] * len(lines)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         longest = max(len(pieces[i]) for i in chunk)
         results = translator.translate_batch(
-            [pieces[i] for i in chunk], beam_size=beam, max_input_length=0,
+            [pieces[i] for i in chunk], beam_size=beam, length_penalty=length_penalty, max_input_length=0,
             max_decoding_length=min(max_len_cap, math.ceil(max_len_ratio * longest) + 10))
         for i, result in zip(chunk, results):
             out[i] = tgt_tok.decode_pieces(result.hypotheses[0])
