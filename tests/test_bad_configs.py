@@ -34,7 +34,7 @@ BAD_CONFIGS = [
 # Values that pass YAML but make no sense: each is a --set override and a config line.
 BAD_VALUES = [
     ("model.attention", "bogus"), ("model.score", "bogus"), ("model.type", "rnn"),
-    ("model.local_composition", "x"), ("model.norm", "mid"), ("model.positions", "none"),
+    ("model.local_composition", "x"), ("model.norm", "mid"), ("model.positions", "rotary"),
     ("model.enc_self_attention", "magic"), ("model.window_mask", "x"),
     ("model.dropout", "5"), ("model.dropout", "-0.1"), ("model.dropout", "nan"),
     ("model.layers", "0"), ("model.hidden", "-4"), ("model.embed", "0"), ("model.heads", "0"),
