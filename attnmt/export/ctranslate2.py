@@ -9,7 +9,8 @@ goes, attnmt → CTranslate2 (per layer of each stack):
                                      multiply by √d (CTranslate2's ``scale_embeddings``)
     positions sinusoidal | learned   ``position_encodings.encodings``: the table itself (attnmt's
                                      sinusoids interleave sin and cos, CTranslate2's own put them
-                                     in halves), ``POSITIONS`` rows (learned: the run's table)
+                                     in halves), ``POSITIONS`` rows (learned: the run's table, its
+                                     last row repeated up to ``POSITIONS`` as attnmt reuses it)
     positions none                   a zero table; none at all in a stack whose self-attention is
                                      relative (CTranslate2 adds no absolute positions there)
     self_attn q, k, v / o            self_attention.linear[0] = [W_q; W_k; W_v] stacked / linear[1]
@@ -114,8 +115,9 @@ def _positions(stack_spec, embedder, relative: bool) -> None:
     from attnmt.models.transformer import sinusoidal
 
     d = embedder.embed.embedding_dim
-    if embedder.learned is not None:
+    if embedder.learned is not None:  # attnmt reuses the last row beyond the table: so does the export
         table = embedder.learned.weight
+        table = torch.cat([table, table[-1:].expand(max(POSITIONS - len(table), 0), d)])
     elif embedder.absolute:
         table = sinusoidal(POSITIONS, d)
     else:
@@ -294,9 +296,12 @@ def translate(model_dir: str | os.PathLike, lines: list[str], beam: int = 5, bat
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         longest = max(len(pieces[i]) for i in chunk)
-        results = translator.translate_batch(
-            [pieces[i] for i in chunk], beam_size=beam, length_penalty=length_penalty, max_input_length=0,
-            max_decoding_length=min(max_len_cap, math.ceil(max_len_ratio * longest) + 10))
+        try:
+            results = translator.translate_batch(
+                [pieces[i] for i in chunk], beam_size=beam, length_penalty=length_penalty, max_input_length=0,
+                max_decoding_length=min(max_len_cap, math.ceil(max_len_ratio * longest) + 10))
+        except (RuntimeError, ValueError) as err:  # e.g. a line longer than the position table
+            raise UserError(f"CTranslate2 failed on a batch ({str(err).splitlines()[0][:200]})", str(model_dir)) from None
         for i, result in zip(chunk, results):
             out[i] = tgt_tok.decode_pieces(result.hypotheses[0])
     return out
