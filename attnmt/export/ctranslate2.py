@@ -285,12 +285,13 @@ def translate(model_dir: str | os.PathLike, lines: list[str], beam: int = 5, bat
     else its default)."""
     ct2 = _ctranslate2()
     info = read_info(model_dir)
-    src_tok, tgt_tok = load_tokenizer(model_dir, "src"), load_tokenizer(model_dir, "tgt")
+    lower = bool(info.get("lowercase"))  # the run's data.lowercase: its tokenizers lower-case what they read
+    src_tok, tgt_tok = load_tokenizer(model_dir, "src", lower), load_tokenizer(model_dir, "tgt", lower)
     try:
         translator = ct2.Translator(str(model_dir), device=device, compute_type=compute_type, intra_threads=threads)
     except (RuntimeError, ValueError) as err:  # a damaged model.bin, an unknown device or compute type
         raise UserError(f"CTranslate2 cannot load it ({str(err).splitlines()[0][:200]})", str(model_dir)) from None
-    pieces = [src_tok.split(line.lower() if info.get("lowercase") else line) for line in lines]
+    pieces = [src_tok.split(line) for line in lines]
     order = sorted((i for i, p in enumerate(pieces) if p), key=lambda i: len(pieces[i]), reverse=True)
     out = [""] * len(lines)
     for start in range(0, len(order), batch_size):
