@@ -19,7 +19,7 @@ from attnmt.data.labels import encode_inputs
 from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
 from attnmt.eval.classify import predict
-from attnmt.eval.perplexity import configured_setting, encode_texts, perplexities
+from attnmt.eval.perplexity import configured_setting, encode_texts, perplexities, sentence_scores
 from attnmt.runs.loader import Run, load_run
 
 
@@ -50,13 +50,18 @@ class Model:
             out[i] = hyps[0]
         return out
 
-    def score(self, texts: list[str], sources: list[str] | None = None, batch_tokens: int = 3000) -> dict:
+    def score(self, texts: list[str], sources: list[str] | None = None, batch_tokens: int = 3000,
+              per_sentence: bool = False) -> dict | list[dict]:
         """Perplexity of ``texts`` (given ``sources``, one per text, for a translation run), teacher
         forced with </s>: {"ppl" (per piece), "word_ppl", "logprob", "tokens", "words", "sentences"}.
-        Pairs or lines with an empty side are skipped."""
+        Pairs or lines with an empty side are skipped. ``per_sentence``: a list instead, one row
+        per text: {"line", "logprob" (natural log, </s> included), "tokens", "words", "ppl",
+        "word_ppl"} (None scores, 0 counts for a skipped text); their logprobs sum to the total's."""
         self._need("translate", "lm")
         if self.task == "translate" and (sources is None or len(sources) != len(texts)):
             raise UserError("a translation run scores texts given their sources: one source per text")
+        if per_sentence:
+            return sentence_scores(self.run, sources if self.task == "translate" else None, texts, batch_tokens)
         src, tgt, words = encode_texts(self.run, sources if self.task == "translate" else None, texts)
         if not tgt:
             raise UserError("no sentences to score")

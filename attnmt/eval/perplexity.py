@@ -14,7 +14,9 @@ Settings, each scored from one neural forward pass and one n-gram query per batc
     Setting("interp", λ)     Prob-Inter: λ·P_neural + (1−λ)·P_ng
     Setting("ngram")         the n-gram model alone, in the same token space
 
-``perplexity_report`` is ``attnmt eval`` and its alias ``attnmt score --model`` (the first row only).
+``perplexity_report`` is ``attnmt eval`` and its alias ``attnmt score --model`` (the first row only);
+``sentence_scores`` / ``sentence_report`` give the same figures per line (``attnmt score
+--per-sentence``, ``Model.score(per_sentence=True)``, the model features of ``eval.rerank``).
 """
 
 from __future__ import annotations
@@ -56,21 +58,29 @@ def configured_setting(head: NgramResidual | None) -> Setting:
     return Setting("residual", 0.0)
 
 
-def encode_texts(run: Run, sources: list[str] | None, targets: list[str]) -> tuple[list, list, int]:
-    """(source ids, target ids, whitespace words of the targets) as the run reads them; pairs (or
-    LM lines) with an empty side are left out. ``sources`` is None for a language model."""
+def encode_lines(run: Run, sources: list[str] | None, targets: list[str]) -> tuple[list[int], list, list, list[int]]:
+    """(indices of the lines kept, source ids, target ids, whitespace words per kept target) as the
+    run reads them; pairs (or LM lines) with an empty side are left out. ``sources`` is None for
+    a language model."""
     if sources is not None:
-        pairs = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()]
-        src = run.source_ids([run.source(s) for s, _ in pairs])
-        texts = [t for _, t in pairs]
+        kept = [i for i, (s, t) in enumerate(zip(sources, targets)) if s.strip() and t.strip()]
+        src = run.source_ids([run.source(sources[i]) for i in kept])
+        texts = [targets[i] for i in kept]
         tgt = [run.tgt_tok.encode(t) for t in texts]
     else:
-        texts = [x for x in targets if x.strip()]
-        encoded = [run.tgt_tok.encode(t) for t in texts]
-        texts = [t for t, ids in zip(texts, encoded) if ids]
+        candidates = [i for i, x in enumerate(targets) if x.strip()]
+        encoded = [run.tgt_tok.encode(targets[i]) for i in candidates]
+        kept = [i for i, ids in zip(candidates, encoded) if ids]
+        texts = [targets[i] for i in kept]
         tgt = [ids for ids in encoded if ids]
         src = [[] for _ in tgt]
-    return src, tgt, sum(len(t.split()) for t in texts)
+    return kept, src, tgt, [len(t.split()) for t in texts]
+
+
+def encode_texts(run: Run, sources: list[str] | None, targets: list[str]) -> tuple[list, list, int]:
+    """(source ids, target ids, whitespace words of the targets): ``encode_lines`` summed."""
+    _, src, tgt, words = encode_lines(run, sources, targets)
+    return src, tgt, sum(words)
 
 
 def _task_texts(run: Run, sources: list[str] | None, targets: list[str], where: str):
@@ -113,12 +123,14 @@ def read_eval_data(run: Run, path: str, source: str | None = None,
 
 
 @torch.no_grad()
-def score_settings(model, ngram, settings: list[Setting], src, tgt, device, batch_tokens: int = 3000) -> list[float]:
-    """Total natural-log probability of ``tgt`` (</s> included) under each setting.
+def sentence_settings(model, ngram, settings: list[Setting], src, tgt, device,
+                      batch_tokens: int = 3000) -> torch.Tensor:
+    """Natural-log probability of each sentence of ``tgt`` (</s> included) under each setting:
+    float64 (len(settings), len(tgt)), in the order of ``tgt``.
 
     model: the plain neural model (φ); ngram: an NgramLM over the same ids, or None.
     """
-    totals = [0.0] * len(settings)
+    scores = torch.zeros(len(settings), len(tgt), dtype=torch.float64)
     model.eval()
     if ngram is not None:
         ngram.to(device)
@@ -129,13 +141,68 @@ def score_settings(model, ngram, settings: list[Setting], src, tgt, device, batc
         ng = ngram.sequence_logprobs(batch.tgt_in) if ngram is not None else None
         mask = batch.tgt_out != PAD
         gold = batch.tgt_out.unsqueeze(-1)
+        index = batch.index.cpu()
         for i, s in enumerate(settings):
             if s.kind == "ngram":
                 logp = ng
             else:
                 logp = torch.log_softmax(combine(logits, ng, s.kind, s.value, s.value), dim=-1)
-            totals[i] += float(logp.gather(-1, gold).squeeze(-1)[mask].double().sum())
-    return totals
+            token = torch.where(mask, logp.gather(-1, gold).squeeze(-1).double(), 0.0)  # (B, T), 0 after </s>
+            scores[i, index] = token.sum(1).cpu()
+    return scores
+
+
+def score_settings(model, ngram, settings: list[Setting], src, tgt, device, batch_tokens: int = 3000) -> list[float]:
+    """Total natural-log probability of ``tgt`` (</s> included) under each setting: the sum of
+    ``sentence_settings`` (so per-sentence scores always add up to the corpus figure)."""
+    return sentence_settings(model, ngram, settings, src, tgt, device, batch_tokens).sum(1).tolist()
+
+
+def sentence_scores(run: Run, sources: list[str] | None, targets: list[str],
+                    batch_tokens: int = 3000) -> list[dict]:
+    """One row per line of ``targets`` under the run's configured setting (given ``sources``, one
+    per target, for a translation run; None for a language model):
+
+        logprob   Σ log P(piece) over the line's pieces and </s> (natural log)
+        tokens    pieces + 1 (</s>);  words: whitespace words of the line
+        ppl       exp(−logprob / tokens);  word_ppl: exp(−logprob / (words + 1))
+
+    A line with an empty side is not scored: logprob, ppl and word_ppl None, tokens and words 0.
+    """
+    kept, src, tgt, words = encode_lines(run, sources if run.cfg.task == "translate" else None, targets)
+    rows = [{"line": i + 1, "logprob": None, "tokens": 0, "words": 0, "ppl": None, "word_ppl": None}
+            for i in range(len(targets))]
+    if not tgt:
+        return rows
+    logprobs = sentence_settings(run.network, run.ngram, [configured_setting(run.ngram_head)], src, tgt,
+                                 run.device, batch_tokens)[0].tolist()
+    for i, ids, w, lp in zip(kept, tgt, words, logprobs):
+        n = len(ids) + 1
+        rows[i].update(logprob=lp, tokens=n, words=w, ppl=math.exp(min(-lp / n, 700)),
+                       word_ppl=math.exp(min(-lp / (w + 1), 700)))
+    return rows
+
+
+def sentence_report(run_dir: str, path: str, source: str | None = None, checkpoint: str = "best",
+                    device: str = "auto", batch_tokens: int = 4000) -> tuple[list[dict], str | None]:
+    """``sentence_scores`` of the target file ``path`` (and its source file ``source`` for a
+    translation run) and the warning about sources the run cuts: ``attnmt score --per-sentence``."""
+    sources, targets = read_target_file(path, source)
+    run = load_run(run_dir, checkpoint, device)
+    if run.cfg.task not in ("translate", "lm"):
+        raise UserError(f"perplexity is for lm and translate runs, not task {run.cfg.task!r}")
+    if run.cfg.task == "translate":
+        if sources is None:
+            raise UserError("--src is needed for a translation model's perplexity")
+        if len(sources) != len(targets):
+            raise UserError(f"line counts differ: {source} has {len(sources)} lines, {path} has {len(targets)}")
+    else:
+        sources = None
+    rows = sentence_scores(run, sources, targets, batch_tokens)
+    if all(r["logprob"] is None for r in rows):
+        raise UserError("no sentences to score", path)
+    scored = [s for s, t in zip(sources, targets) if s.strip() and t.strip()] if sources is not None else []
+    return rows, truncation_warning([run], scored)
 
 
 def perplexities(model, ngram, settings: list[Setting], src, tgt, words: int, device,
