@@ -20,6 +20,7 @@ COMMANDS = [
     "train",
     "translate",
     "score",
+    "rerank",
     "data",
     "ngram",
     "serve",

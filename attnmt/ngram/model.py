@@ -252,6 +252,24 @@ class NgramLM:
             **n,
         }
 
+    def sentence_logprobs(self, sentences: Sequence[str | Sequence[str] | Sequence[int]],
+                          chunk_tokens: int = 2_000_000) -> list[float]:
+        """Natural-log probability of each sentence, ``<s>`` as context and ``</s>`` scored (OOV
+        words as <unk>): ``score_sentence`` × ln 10, batched — one query per ``chunk_tokens``."""
+        out: list[float] = []
+        start = 0
+        while start < len(sentences):
+            chunk, size = [], 0
+            while start + len(chunk) < len(sentences) and (not chunk or size < chunk_tokens):
+                chunk.append(self._sentence_ids(sentences[start + len(chunk)]))
+                size += len(chunk[-1]) + 2
+            flat = torch.from_numpy(flatten(chunk)).to(self._device)
+            ln, _ = self._index().score_positions(flat)  # 0 at each <s>
+            starts = np.cumsum([0] + [len(ids) + 2 for ids in chunk[:-1]])
+            out.extend(np.add.reduceat(ln.double().cpu().numpy(), starts).tolist())
+            start += len(chunk)
+        return out
+
     # -- batched torch queries -----------------------------------------------------------------------
 
     def _index(self) -> QueryIndex:
