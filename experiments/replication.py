@@ -15,7 +15,8 @@ experiments/replication_plan.sh lists every call in order. Each run goes to
 exp/replication/<group>/<name>[-seedN]/ and is skipped when its result.json exists, so the queue
 can be stopped and restarted. ``report`` prints, per row, the mean over seeds, each seed's value
 and the mean of the per-seed differences to the group's baseline *of the same seed*, and says
-whether those differences agree in sign: only then does RESULTS.md state an ordering.
+whether those differences agree in sign: only then does RESULTS.md state an ordering. BLEU tables
+also give each seed's paired bootstrap p-value of its difference (sacrebleu, on the test.hyp files).
 
 Data: ``attnmt data bible --out data/bible``, ``attnmt data synthetic --out data/synthetic``,
 ``attnmt data domains --out data/domains`` (paths relative to the repository root).
@@ -247,22 +248,37 @@ def report(args) -> None:
         out: dict[str, dict[int, dict]] = {}
         for path in sorted((EXP / group).glob("*/result.json")):
             r = json.loads(path.read_text())
+            r["_hyp"] = path.parent / "test.hyp"  # the row's test translations, for the paired test
             out.setdefault(r["name"], {})[r["seed"]] = r
         return out
 
-    def table(group: str, order: list[str], metric: str, get) -> None:
-        compare(group, metric, [(name, name, get) for name in order])
+    def table(group: str, order: list[str], metric: str, get, ref: str | None = None) -> None:
+        compare(group, metric, [(name, name, get) for name in order], ref)
 
-    def compare(group: str, metric: str, rows: list[tuple]) -> None:
-        """rows: (label, run name, value of a run's result); Δ to the first row, seed by seed."""
+    def paired_p(base: dict, row: dict, ref: str | None) -> str:
+        """sacrebleu's paired bootstrap p-value (BLEU, seed 12345) of a row's test.hyp against
+        the baseline's of the same seed; "–" without both files or references."""
+        from attnmt.eval.significance import paired_test
+
+        if ref is None or not (base["_hyp"].exists() and row["_hyp"].exists()):
+            return "–"
+        refs = (ROOT / ref).read_text(encoding="utf-8").splitlines()
+        hyps = [p.read_text(encoding="utf-8").splitlines() for p in (base["_hyp"], row["_hyp"])]
+        if not all(len(h) == len(refs) for h in hyps):
+            return "–"
+        return f"{paired_test([('base', hyps[0]), ('row', hyps[1])], refs, 'bs')['systems'][1]['bleu']['p_value']:.3f}"
+
+    def compare(group: str, metric: str, rows: list[tuple], ref: str | None = None) -> None:
+        """rows: (label, run name, value of a run's result); Δ to the first row, seed by seed;
+        with ``ref`` (BLEU tables) also each seed's paired bootstrap p-value of that Δ."""
         runs = results(group)
         rows = [row for row in rows if row[1] in runs]
         if not rows:
             return
         base_label, base, base_get = rows[0]
         print(f"\n{group}: {metric} (Δ: row − {base_label}, same seed)")
-        print("| row | seeds | mean | per seed | paired Δ (per seed) | Δ signs agree |")
-        print("|---|---|---|---|---|---|")
+        print("| row | seeds | mean | per seed | paired Δ (per seed) | Δ signs agree | paired-bs p (per seed) |")
+        print("|---|---|---|---|---|---|---|")
         for label, name, get in rows:
             seeds = sorted(runs[name])
             values = [get(runs[name][s]) for s in seeds]
@@ -272,21 +288,23 @@ def report(args) -> None:
                      if diffs and not first else "–")
             agree = ("yes" if len(diffs) >= 3 and (all(x > 0 for x in diffs) or all(x < 0 for x in diffs))
                      else "no" if not first else "–")
+            p_values = ", ".join(paired_p(runs[base][s], runs[name][s], ref) for s in seeds
+                                 if s in runs[base]) if ref and not first else "–"
             print(f"| {label} | {len(seeds)} | {sum(values) / len(values):.2f} | "
-                  f"{', '.join(f'{v:.2f}' for v in values)} | {delta} | {agree} |")
+                  f"{', '.join(f'{v:.2f}' for v in values)} | {delta} | {agree} | {p_values} |")
 
     luong_order = [n for n, _, _ in LUONG]
-    table("luong", luong_order, "test BLEU", lambda r: r["bleu"])
+    table("luong", luong_order, "test BLEU", lambda r: r["bleu"], f"{BIBLE}/test.es")
     table("luong", luong_order, "test word ppl", lambda r: r["word_ppl"])
     table("luong", luong_order, "test ppl per piece", lambda r: r["ppl"])
     local = ["global-general-feed-inorder", "local-m-general-feed", "local-p-general-feed-inorder"]
     table("luong", local, "test BLEU, local-m and local-p vs their in-order global control",
-          lambda r: r["bleu"])
+          lambda r: r["bleu"], f"{BIBLE}/test.es")
     for group in sorted(p.name for p in EXP.glob("luong-*")):  # longer budgets
-        table(group, luong_order, "test BLEU", lambda r: r["bleu"])
+        table(group, luong_order, "test BLEU", lambda r: r["bleu"], f"{BIBLE}/test.es")
     aer_order = [n for n, _, _ in AER]
     table("aer", aer_order, "AER", lambda r: r["aer"])
-    table("aer", aer_order, "test BLEU", lambda r: r["bleu"])
+    table("aer", aer_order, "test BLEU", lambda r: r["bleu"], f"{SYNTH}/test.tgt")
     reversed_pair = ["global-general-feed", "local-p-general-feed"]  # both on reversed sources
     table("aer", reversed_pair, "AER, local-p vs its reversed global control", lambda r: r["aer"])
     for d in DOMAIN_NAMES:  # word-level perplexity; the per-piece one is in each result.json

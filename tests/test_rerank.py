@@ -170,3 +170,22 @@ def test_counts_order_features_and_weights_are_checked(tmp_path, capsys):
     assert "weights.length must be a finite number" in error("--nbest", g, "--weights", str(w))
     w.write_text('{"features": ["length"], ')
     assert f"{w}:1: not JSON" in error("--nbest", g, "--weights", str(w))
+
+
+def test_translate_nbest_output_is_what_rerank_reads(tiny_run, tiny_corpus, tmp_path):
+    src = (tiny_corpus.directory / "dev.en").read_text().splitlines()[:5]
+    src[2] = ""  # a blank source line has no entries, and rerank gives it an empty line
+    f = _write(tmp_path / "s.en", src)
+    nbest = tmp_path / "n.txt"
+    assert main(["translate", "--model", str(tiny_run), "-i", f, "-o", str(nbest), "--beam", "3", "--nbest", "3",
+                 "--device", "cpu"]) == 0
+    groups = read_nbest(nbest, len(src))
+    assert [len(g) for g in groups] == [3, 3, 0, 3, 3]
+    assert all(g[0].score >= g[-1].score for g in groups if g)  # best first
+    one = tmp_path / "one.txt"
+    assert main(["translate", "--model", str(tiny_run), "-i", f, "-o", str(one), "--beam", "3", "--device", "cpu"]) == 0
+    w = tmp_path / "w.json"
+    w.write_text(json.dumps({"features": ["score"], "weights": {"score": 1}}))
+    out = tmp_path / "out.txt"
+    assert main(["rerank", "--nbest", str(nbest), "--weights", str(w), "--src", f, "-o", str(out)]) == 0
+    assert out.read_text() == one.read_text()  # the search's own score reranks to its 1-best

@@ -77,3 +77,20 @@ def test_paired_tests_refuse_bad_input(tmp_path, capsys):
     assert "--paired-bs or --paired-ar" in capsys.readouterr().err
     with pytest.raises(UserError, match="seed"):
         paired_test([("a", near), ("b", near)], refs, "bs", seed=0)
+
+
+def test_table1_driver_reports_the_p_value_of_each_delta(tmp_path):
+    from attnmt.eval.experiment import paired_p_values, write_table
+
+    refs, near, bad = _systems(60)
+    (tmp_path / "hyp").mkdir()
+    results = []
+    for row, hyps in (("base", bad), ("feed", near), ("local", near)):
+        _write(tmp_path / "hyp", **{f"{row}.txt": hyps})
+        results.append({"row": row, "label": row, "ppl": 5.0, "bleu": 1.0, "bleu_tok": 1.0, "chrf": 1.0})
+    results.append({"row": "missing", "label": "no hyp file", "ppl": 5.0, "bleu": 1.0, "bleu_tok": 1.0, "chrf": 1.0})
+    paired_p_values(tmp_path, results, refs)
+    assert "p_delta" not in results[0] and "p_delta" not in results[3]
+    assert results[1]["p_delta"] < 0.01 and results[2]["p_delta"] == 1.0  # feed vs base; local = feed
+    table = write_table(results, tmp_path / "table.md").splitlines()
+    assert table[0].endswith("| p (Δ) |") and table[3].endswith("| 0.001 |") and table[4].endswith("| 1.000 |")

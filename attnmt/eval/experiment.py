@@ -260,14 +260,29 @@ def _fmt(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def paired_p_values(out: Path, results: list[dict], ref: list[str]) -> None:
+    """Each row's ``p_delta``: sacrebleu's paired bootstrap p-value (BLEU, 1000 resamples, seed
+    12345) of its difference from the row above, from the hyp/<row>.txt files (where both exist)."""
+    from attnmt.eval.significance import paired_test
+
+    for prev, r in zip(results, results[1:]):
+        files = [out / "hyp" / f"{x['row']}.txt" for x in (prev, r)]
+        if "row" in prev and "row" in r and all(f.exists() for f in files):
+            a, b = (read_lines(f) for f in files)
+            if len(a) == len(b) == len(ref):
+                r["p_delta"] = paired_test([(prev["row"], a), (r["row"], b)], ref, "bs")["systems"][1]["bleu"]["p_value"]
+
+
 def write_table(results: list[dict], path: Path) -> str:
-    lines = ["| System | Ppl | BLEU | Δ | BLEU (tok) | chrF |", "|---|---|---|---|---|---|"]
+    """Table 1: Δ is the BLEU difference from the row above, p (Δ) its paired bootstrap p-value."""
+    lines = ["| System | Ppl | BLEU | Δ | BLEU (tok) | chrF | p (Δ) |", "|---|---|---|---|---|---|---|"]
     prev = None
     for r in results:
         delta = _fmt(r["bleu"] - prev, "+.1f") if prev is not None and r["bleu"] is not None else ""
         ppl = _fmt(r["ppl"], ".2f") if "ppl" in r else "–"
+        p = _fmt(r["p_delta"], ".3f") if r.get("p_delta") is not None else ""
         lines.append(f"| {r['label']} | {ppl} | {_fmt(r['bleu'], '.2f')} | {delta} | "
-                     f"{_fmt(r['bleu_tok'], '.2f')} | {_fmt(r['chrf'], '.1f')} |")
+                     f"{_fmt(r['bleu_tok'], '.2f')} | {_fmt(r['chrf'], '.1f')} | {p} |")
         prev = r["bleu"]
     write_lines(path, lines)  # atomically: a failed run leaves the previous table.md whole
     return "\n".join(lines) + "\n"
@@ -327,6 +342,7 @@ def run_luong(s: Settings) -> str:
         cached.parent.mkdir(parents=True, exist_ok=True)
         write_lines(cached, [dumps(result, indent=1)])
         results.append(result)
+    paired_p_values(s.out, results, ref)
     table = write_table(results, s.out / "table.md")
     _figures(s, chosen, runs, results, src, ref)
     return table
