@@ -75,6 +75,8 @@ def test_paired_tests_refuse_bad_input(tmp_path, capsys):
     assert "line counts differ" in err and f["short"] in err and len(err.strip().splitlines()) == 1
     assert main(["score", "--ref", f["ref"], "--hyp", f["a"], "--hyp", f["a"]]) == 2
     assert "--paired-bs or --paired-ar" in capsys.readouterr().err
+    assert main(["score", "--ref", f["ref"], "--hyp", f["a"], "--seed", "3"]) == 2
+    assert "are for --paired-bs" in capsys.readouterr().err
     with pytest.raises(UserError, match="seed"):
         paired_test([("a", near), ("b", near)], refs, "bs", seed=0)
 

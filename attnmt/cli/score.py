@@ -38,9 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="several --hyp: sacrebleu's paired bootstrap test against the first")
     test.add_argument("--paired-ar", action="store_true",
                       help="several --hyp: sacrebleu's paired approximate randomisation test against the first")
-    p.add_argument("--samples", type=int, default=0,
-                   help="resamples (bs, default 1000) or trials (ar, default 10000)")
-    p.add_argument("--seed", type=int, default=12345, help="the paired test's random seed (>= 1)")
+    p.add_argument("--samples", type=int, help="resamples (bs, default 1000) or trials (ar, default 10000)")
+    p.add_argument("--seed", type=int, help="the paired test's random seed (>= 1; default 12345, sacrebleu's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -59,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--paired-bs/--paired-ar compare several --hyp files (sacrebleu BLEU and chrF)")
     if args.hyp and len(args.hyp) > 1 and not paired:
         raise UserError("several --hyp files are compared with --paired-bs or --paired-ar")
+    if (args.samples is not None or args.seed is not None) and not paired:
+        raise UserError("--samples and --seed are for --paired-bs/--paired-ar")
     if paired:
         return _paired(args)
     if args.model and args.per_sentence:
@@ -105,7 +106,8 @@ def _paired(args: argparse.Namespace) -> int:
         if len(hyps) != len(refs):
             raise UserError(f"line counts differ: {path} has {len(hyps)} lines, {args.ref} has {len(refs)}")
         systems.append((path, hyps))
-    result = paired_test(systems, refs, "bs" if args.paired_bs else "ar", args.samples, args.seed)
+    result = paired_test(systems, refs, "bs" if args.paired_bs else "ar", args.samples or 0,
+                         12345 if args.seed is None else args.seed)
     if args.json:
         print(dumps(result))
     else:

@@ -245,7 +245,7 @@ def write_weights(path: str | os.PathLike, data: dict) -> None:
         f.write(dumps(data) + "\n")
 
 
-def rerank_files(nbest: str, features: list[Feature] | None = None, weights: np.ndarray | None = None,
+def rerank_files(nbest: str, features: list[Feature], weights: np.ndarray | None = None,
                  sources_path: str | None = None, refs_path: str | None = None, tune_weights: bool = False,
                  device: str = "auto", batch_tokens: int = 3000) -> dict:
     """``attnmt rerank``: read the n-best list (and sources, references), compute the features,
