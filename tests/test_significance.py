@@ -41,6 +41,7 @@ def test_paired_bootstrap_separates_clear_differences_from_none(tmp_path, capsys
     base, same, good, bad_row = out["systems"]
     assert base["bleu"]["p_value"] is None and base["name"] == f["base"]
     assert same["bleu"]["p_value"] == 1.0 and same["chrf"]["p_value"] == 1.0  # identical outputs
+    assert same["differing_lines"] == 0 and good["differing_lines"] == 1
     assert good["bleu"]["p_value"] > 0.05  # one sentence of 120 better: not significant
     assert bad_row["bleu"]["p_value"] < 0.01 and bad_row["chrf"]["p_value"] < 0.01
     assert bad_row["bleu"]["score"] < base["bleu"]["score"]
@@ -96,3 +97,11 @@ def test_table1_driver_reports_the_p_value_of_each_delta(tmp_path):
     assert results[1]["p_delta"] < 0.01 and results[2]["p_delta"] == 1.0  # feed vs base; local = feed
     table = write_table(results, tmp_path / "table.md").splitlines()
     assert table[0].endswith("| p (Δ) |") and table[3].endswith("| 0.001 |") and table[4].endswith("| 1.000 |")
+
+
+def test_equal_scores_are_not_significant_even_when_outputs_differ():
+    refs = ["el gato ve un perro"] * 30
+    out = paired_test([("a", ["uno"] * 30), ("b", ["dos"] * 30)], refs, "bs", samples=200)
+    b = out["systems"][1]
+    assert b["bleu"]["score"] == out["systems"][0]["bleu"]["score"] == 0.0
+    assert b["bleu"]["p_value"] == 1.0 and b["differing_lines"] == 30  # sacrebleu alone: 1/201

@@ -7,8 +7,11 @@ bootstrap mean μ and half-width of the 95% confidence interval (``ci``: the sco
 seed from ``SACREBLEU_SEED``; ``paired_test`` sets it for the call only, so a seed gives the same
 figures every time. sacrebleu counts a resampled difference as "as large" only when it is
 strictly larger (its tests' ``!=`` convention), which gives two line-for-line identical outputs
-the smallest p-value, (0 + 1) / (n + 1); identical outputs have nothing to test, so they get
-p = 1 here instead.
+(or two systems whose resampled scores never differ, such as both at BLEU 0) the smallest
+p-value, (0 + 1) / (n + 1); a system whose score equals the baseline's shows no difference to
+test, so it gets p = 1 here instead. The same convention makes approximate randomisation give small p-values to
+outputs that differ in very few lines (no shuffle's difference can exceed the real one), so each
+system's row also says in how many lines it differs from the baseline (``differing_lines``).
 """
 
 from __future__ import annotations
@@ -68,12 +71,12 @@ def paired_test(systems: list[tuple[str, list[str]]], refs: list[str], test: str
     names = [k for k in scores if k != "System"]
     out_systems = []
     for i, (name, hyps) in enumerate(systems):
-        row: dict = {"name": name}
+        row: dict = {"name": name, "differing_lines": sum(a != b for a, b in zip(hyps, systems[0][1]))}
         for key, metric_name in zip(METRICS, names):
             r = scores[metric_name][i]
             p = r.p_value
-            if i > 0 and hyps == systems[0][1]:
-                p = 1.0  # identical outputs: no difference (see the module docstring)
+            if i > 0 and r.score == scores[metric_name][0].score:
+                p = 1.0  # no difference to test (see the module docstring)
             row[key] = {"score": round(r.score, 2), "mean": _round(r.mean), "ci": _round(r.ci),
                         "p_value": None if i == 0 else round(p, 4)}
         out_systems.append(row)
@@ -100,7 +103,8 @@ def format_table(result: dict, alpha: float = 0.05) -> list[str]:
             else:
                 cell += f" p={m['p_value']:.4f}{'*' if m['p_value'] < alpha else ' '}"
             cells.append(cell)
-        lines.append(f"{s['name']:<{width}}  " + "  ".join(cells))
+        differ = f"  ({s['differing_lines']} lines differ)" if i else ""
+        lines.append(f"{s['name']:<{width}}  " + "  ".join(cells) + differ)
     test = {"bs": "paired bootstrap", "ar": "approximate randomisation"}[result["test"]]
     lines.append(f"{test}, {result['samples']} samples, seed {result['seed']}; * p < {alpha}; "
                  f"{result['signatures']['bleu']}")
