@@ -53,6 +53,8 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--nbest", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--stop", default="best", choices=["best", "complete"],
+                   help="translate --stop: complete waits for --beam finished hypotheses (fuller lists)")
     p.add_argument("--out", help="work directory (default exp/ngram_rerank/<run name>)")
     args = p.parse_args()
     data = Path(args.data)
@@ -66,7 +68,8 @@ def main() -> None:
         nbest = out / f"{split}.nbest"
         timed(seconds, f"translate_{split}", [*ATTNMT, "translate", "--model", args.model, "-i",
                                               str(data / f"{split}.en"), "-o", str(nbest), "--beam", str(args.beam),
-                                              "--nbest", str(args.nbest), "--batch-size", str(args.batch_size)], nbest)
+                                              "--nbest", str(args.nbest), "--batch-size", str(args.batch_size),
+                                              "--stop", args.stop], nbest)
     features = ["score", "length", f"ngram={lm}"] + ([f"rev={args.rev}"] if args.rev else [])
     weights = out / "weights.json"
     timed(seconds, "tune", [*ATTNMT, "rerank", "--tune", "--nbest", str(out / "dev.nbest"), "--ref",
@@ -81,14 +84,16 @@ def main() -> None:
 
     sources = (data / "test.en").read_text(encoding="utf-8").splitlines()
     first = out / "test.first.es"
-    first.write_text("".join((g[0].text if g else "") + "\n" for g in read_nbest(out / "test.nbest", len(sources))),
-                     encoding="utf-8")
+    groups = read_nbest(out / "test.nbest", len(sources))
+    first.write_text("".join((g[0].text if g else "") + "\n" for g in groups), encoding="utf-8")
+    listed = [len(g) for g in groups if g]
     paired = json.loads(sh([*ATTNMT, "score", "--hyp", str(first), "--hyp", str(reranked), "--ref",
                             str(data / "test.es"), "--paired-bs", "--json"]).stdout)
     tuned = json.loads(weights.read_text(encoding="utf-8"))
     base, new = paired["systems"]
     result = {
         "model": args.model, "rev": args.rev, "order": args.order, "beam": args.beam, "nbest": args.nbest,
+        "stop": args.stop, "hypotheses_per_line": round(sum(listed) / len(listed), 2),
         "features": tuned["features"], "weights": tuned["weights"],
         "dev_bleu_first": tuned["dev_bleu"]["first"], "dev_bleu_reranked": tuned["dev_bleu"]["reranked"],
         "test_bleu_first": base["bleu"]["score"], "test_bleu_reranked": new["bleu"]["score"],
