@@ -251,7 +251,9 @@ def report(args) -> None:
     (max - min) / 2 of the main metric, so one-seed differences can be read against it.
     """
     def rows(group: str) -> list[dict]:
-        return [json.loads(p.read_text()) for p in sorted((EXP / group).glob("*/result.json"))]
+        # _hyp: the run's test translations (NMT runs), for the paired significance test
+        return [{**json.loads(p.read_text()), "_hyp": p.parent / "test.hyp"}
+                for p in sorted((EXP / group).glob("*/result.json"))]
 
     def by_name(results: list[dict], order: list[str]) -> list[tuple[str, list[dict]]]:
         """Runs grouped by (variant, budget); a budget other than the group's is named in the label."""
@@ -277,15 +279,33 @@ def report(args) -> None:
         agree = "yes" if len(diffs) >= 3 and (all(d > 0 for d in diffs) or all(d < 0 for d in diffs)) else "no"
         return f"{mean(diffs):+.2f} ({', '.join(f'{d:+.2f}' for d in diffs)}) | {agree}"
 
+    def paired_p(rs: list[dict], all_runs: list[dict], base: str) -> str:
+        """Per seed, sacrebleu's paired bootstrap p-value (BLEU, seed 12345) of the run's test.hyp
+        against the baseline's of the same seed and budget."""
+        from attnmt.eval.significance import paired_test
+
+        base_by_seed = {(r.get("seed", 1), r["steps"]): r for r in all_runs if r["name"] == base}
+        refs = (ROOT / BIBLE / "test.es").read_text(encoding="utf-8").splitlines()
+        out = []
+        for r in rs:
+            b = base_by_seed.get((r.get("seed", 1), r["steps"]))
+            if r["name"] == base or b is None or not (r["_hyp"].exists() and b["_hyp"].exists()):
+                continue
+            hyps = [x["_hyp"].read_text(encoding="utf-8").splitlines() for x in (b, r)]
+            if all(len(h) == len(refs) for h in hyps):
+                result = paired_test([("base", hyps[0]), ("run", hyps[1])], refs, "bs")
+                out.append(f"{result['systems'][1]['bleu']['p_value']:.3f}")
+        return ", ".join(out) or "–"
+
     nmt_runs = rows("nmt")
     print("| NMT run | seeds | params | dev ppl | test BLEU | Δ BLEU vs Transformer, same seeds | "
-          "signs agree (≥ 3 seeds) | BLEU (tok) | chrF |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "signs agree (≥ 3 seeds) | paired-bs p (per seed) | BLEU (tok) | chrF |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, rs in by_name(nmt_runs, [n for n, _, _ in NMT]):
         bleu = [r["bleu"] for r in rs]
         print(f"| {name} | {len(rs)} | {rs[0]['params'] / 1e6:.2f} M | {mean([r['dev_ppl'] for r in rs]):.1f} | "
               f"{mean(bleu):.2f}{spread(bleu)} | {paired(rs, nmt_runs, 'transformer', lambda r: r['bleu'])} | "
-              f"{mean([r['bleu_tok'] for r in rs]):.2f} | {mean([r['chrf'] for r in rs]):.1f} |")
+              f"{paired_p(rs, nmt_runs, 'transformer')} | {mean([r['bleu_tok'] for r in rs]):.2f} | {mean([r['chrf'] for r in rs]):.1f} |")
     lm_runs = rows("lm")
     print("\n| LM (dec. self-attn) | seeds | params | dev ppl | test ppl | Δ test ppl vs standard, same seeds | "
           "signs agree |")
