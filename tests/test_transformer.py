@@ -55,7 +55,7 @@ def _incremental(model, src, lengths, tgt, reorder=False):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("norm,positions", [("pre", "sinusoidal"), ("post", "learned")])
+@pytest.mark.parametrize("norm,positions", [("pre", "sinusoidal"), ("post", "learned"), ("pre", "none")])
 def test_incremental_decoding_equals_full_forward(variant, norm, positions):
     cross = "standard" if variant == "relative" else variant
     cfg = _cfg(norm=norm, positions=positions, enc_self_attention=variant,
