@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnmt.export.ctranslate2 import QUANTIZATIONS
+from attnmt.export import QUANTIZATIONS  # no torch import for --help
 
 
 def register(sub: argparse._SubParsersAction) -> None:

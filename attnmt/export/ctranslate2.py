@@ -50,12 +50,11 @@ import torch
 from attnmt.config import Config
 from attnmt.data.vocab import BOS, EOS, PAD, UNK, Tokenizer, load_tokenizer
 from attnmt.errors import UserError
+from attnmt.export import QUANTIZATIONS
 from attnmt.runs.checkpoint import find_checkpoint
 from attnmt.runs.loader import load_run, read_run
 
 POSITIONS = 1024  # rows of an exported position table: CTranslate2's default max_input_length
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
-                 "bfloat16", "float32")  # ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES
 BLOCKED = -1e4  # output bias of <pad> and <s>: exp(−10⁴) is 0, and finite in float16 too
 INFO = "attnmt.json"
 INSTALL = "pip install 'attnmt[ctranslate2]' (or pip install 'ctranslate2>=4,<5')"
