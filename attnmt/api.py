@@ -76,7 +76,9 @@ class Model:
         return [self.run.tgt_tok.piece(c) for c in predict(self.run.model, ids, self.run.device)]
 
 
-def load(run_dir: str | Path, checkpoint: str = "best", device: str = "auto") -> Model:
+def load(run_dir: str | Path, checkpoint: str = "best", device: str = "auto",
+         raw_weights: bool = False) -> Model:
     """Load a training run directory (checkpoint: best, last or step-NNNNNNNN; device: auto, cpu,
-    cuda, cuda:N)."""
-    return Model(load_run(run_dir, checkpoint, device))
+    cuda, cuda:N). A run trained with train.ema loads its EMA weights unless ``raw_weights``
+    (``model.run.weights`` names the file)."""
+    return Model(load_run(run_dir, checkpoint, device, raw_weights=raw_weights))

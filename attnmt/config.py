@@ -41,6 +41,11 @@ class DataConfig:
     max_len: int = 50  # training pairs with a longer side (in tokens) are filtered out
     reverse_source: bool = False
     lowercase: bool = False
+    # subword regularisation (Kudo 2018; BPE-dropout for bpe): > 0 re-samples the training source
+    # and target segmentation every epoch with sentencepiece (enable_sampling, this alpha,
+    # nbest_size -1), seeded by train.seed and the epoch; dev and test are never sampled.
+    # tokenizer bpe or unigram only; 0 = off
+    spm_alpha: float = 0.0
 
 
 @dataclass
@@ -127,6 +132,18 @@ class TrainConfig:
     row_workers: str = "processes"  # processes (train/row_processes.py; Linux only, else threads)
     #                                 | threads (train/row_groups.py)
     log_every: int = 50
+    # validation (train/validation.py): the metric that picks BEST and counts for patience:
+    # ppl (dev perplexity, lower is better) | bleu | chrf (dev translated by greedy search or a
+    # beam of valid_beam, scored by sacrebleu; higher is better; task: translate only)
+    valid_metric: str = "ppl"
+    valid_beam: int = 1  # bleu/chrf: beam size of the dev translation (1 = greedy)
+    valid_max_sentences: int = 0  # bleu/chrf: translate the first N dev sentences only; 0 = all
+    patience: int = 0  # stop after this many validations without a better valid_metric; 0 = never
+    # exponential moving average of the weights (train/ema.py), updated after every update:
+    # ema = decay·ema + (1 − decay)·θ. Validation (and so BEST) uses it; each checkpoint saves it
+    # as ema.safetensors beside model.safetensors; translate/eval load it (--raw-weights: not). 0 = off
+    ema: float = 0.0
+    tensorboard: bool = False  # also write RUN/tensorboard/ event files (pip install attnmt[tensorboard])
 
 
 @dataclass
@@ -172,6 +189,7 @@ CHOICES = {
     "train.loss_norm": ("sents", "tokens"),
     "train.schedule": ("rsqrt", "constant", "linear"),
     "train.row_workers": ("processes", "threads"),
+    "train.valid_metric": ("ppl", "bleu", "chrf"),
     "ngram.mode": ("residual", "interp"),
 }
 # the Transformer attention kinds a task's model has
@@ -231,7 +249,22 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
         fail("ngram.order", f"must be >= 1, got {cfg.ngram.order}")
     check_bounds(cfg, fail)
     _check_domains(cfg, fail)
+    _check_training_extras(cfg, fail)
     return cfg
+
+
+def _check_training_extras(cfg: Config, fail: Callable[[str, str], None]) -> None:
+    """train.valid_metric bleu/chrf translate (an LM or classifier has nothing to score);
+    data.spm_alpha samples sentencepiece segmentations (not word vocabularies, not labels)."""
+    if cfg.train.valid_metric != "ppl" and cfg.task != "translate":
+        fail("train.valid_metric", f"{cfg.train.valid_metric} scores translations; task {cfg.task} "
+             "is validated by ppl")
+    if cfg.data.spm_alpha > 0:
+        if cfg.data.tokenizer not in ("bpe", "unigram"):
+            fail("data.spm_alpha", f"samples sentencepiece segmentations: needs data.tokenizer bpe or "
+                 f"unigram, not {cfg.data.tokenizer}")
+        if cfg.task == "classify":
+            fail("data.spm_alpha", "is for task: translate and lm (a classifier's inputs are not sampled)")
 
 
 def _check_domains(cfg: Config, fail: Callable[[str, str], None]) -> None:
@@ -464,17 +497,21 @@ BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     *[(k, lambda v: v >= 1, "at least 1") for k in (
         "model.layers", "model.hidden", "model.embed", "model.heads", "model.ff", "model.max_src_len",
         "model.max_positions", "model.window_segment", "model.relative_clip", "train.epochs",
-        "train.batch_size", "train.accumulate", "train.log_every", "data.max_len", "ngram.order")],
+        "train.batch_size", "train.accumulate", "train.log_every", "data.max_len", "ngram.order",
+        "train.valid_beam")],
     *[(k, lambda v: v >= 0, ">= 0") for k in (
         "model.window", "model.sigma", "model.window_temperature", "train.decay_start", "train.warmup",
         "train.clip", "train.init_uniform", "train.max_time", "train.max_steps", "train.valid_every",
-        "train.save_every", "train.threads", "train.row_groups", "ngram.anneal_steps")],
+        "train.save_every", "train.threads", "train.row_groups", "ngram.anneal_steps",
+        "train.valid_max_sentences", "train.patience")],
     *[(k, lambda v: v >= 5, "at least 5 (4 special tokens + 1)") for k in (
         "data.src_vocab_size", "data.tgt_vocab_size")],
     ("train.lr", lambda v: v > 0, "> 0"),
     ("train.decay", lambda v: 0 < v <= 1, "in (0, 1]"),
     ("model.dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.label_smoothing", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.ema", lambda v: 0 <= v < 1, "in [0, 1) (0 = off)"),
+    ("data.spm_alpha", lambda v: 0 <= v <= 1, "in [0, 1] (0 = off)"),
     ("train.device", lambda v: bool(DEVICE_NAME.fullmatch(v)), "auto, cpu, cuda or cuda:N"),
     ("data.src", lambda v: bool(v.strip()), "a language suffix (not empty)"),
     ("data.tgt", lambda v: bool(v.strip()), "a language suffix (not empty)"),

@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="perplexity of a model, with or without an n-gram LM (NgramRes)")
     p.add_argument("--model", required=True, help="training run directory")
     p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
+    p.add_argument("--raw-weights", action="store_true",
+                   help="a run trained with train.ema: its raw weights, not the EMA ones (the default)")
     p.add_argument("--input", "-i", required=True,
                    help="LM: text file; translation: parallel prefix (PREFIX.src/.tgt) or .tsv, "
                    "or the target file with --src")
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     out = perplexity_report(
         args.model, args.input, args.checkpoint, args.device, args.ngram,
         _grid(args.alpha, "--alpha"), _grid(args.lam, "--lambda"), args.ngram_only, args.tune_on,
-        args.batch_tokens, args.pick_on_test, args.src,
+        args.batch_tokens, args.pick_on_test, args.src, raw_weights=args.raw_weights,
     )
     for warning in out.get("warnings", []):
         print(f"attnmt: warning: {warning}", file=sys.stderr)

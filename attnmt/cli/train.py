@@ -1,4 +1,5 @@
-"""attnmt train CONFIG.yaml --out RUN [--set section.key=value ...] [--resume] [--max-time S]"""
+"""attnmt train CONFIG.yaml --out RUN [--set section.key=value ...] [--resume] [--max-time S]
+[--init-from RUN[:CKPT] [--init-optimizer]] [--tensorboard]"""
 
 from __future__ import annotations
 
@@ -17,12 +18,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-time", type=float, help="wall-clock training budget in seconds")
     p.add_argument("--max-steps", type=int, help="stop after this many updates")
     p.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--init-from", metavar="RUN[:CKPT]",
+                   help="fine-tune: start from this run's weights (its BEST, or CKPT: last, step-N, N; "
+                        "its EMA weights when it has them) and vocabularies; same model config; "
+                        "ignored by --resume once the run has a checkpoint")
+    p.add_argument("--init-optimizer", action="store_true",
+                   help="with --init-from: take that checkpoint's optimizer state too (default: a fresh one)")
+    p.add_argument("--tensorboard", action="store_true",
+                   help="also write TensorBoard event files to RUN/tensorboard (train.tensorboard=true; "
+                        "pip install attnmt[tensorboard])")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnmt.errors import UserError
     from attnmt.train.training import run_training
 
+    if args.init_optimizer and not args.init_from:
+        raise UserError("--init-optimizer needs --init-from RUN")
     overrides = list(args.set)
     if args.max_time is not None:
         overrides.append(f"train.max_time={args.max_time}")
@@ -30,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     if args.device:
         overrides.append(f"train.device={args.device}")
-    summary = run_training(args.config, args.out, overrides, args.resume)
+    if args.tensorboard:
+        overrides.append("train.tensorboard=true")
+    summary = run_training(args.config, args.out, overrides, args.resume, init_from=args.init_from,
+                           init_optimizer=args.init_optimizer)
     print(dumps(summary))
     return 0

@@ -16,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", default="attnmt", choices=["attnmt", "ctranslate2"],
                    help="search in attnmt, or in CTranslate2 on an exported model (threads: OMP_NUM_THREADS)")
     p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
+    p.add_argument("--raw-weights", action="store_true",
+                   help="a run trained with train.ema: its raw weights, not the EMA ones (the default)")
     p.add_argument("--input", "-i", help="source text, one sentence per line (default: stdin)")
     p.add_argument("--output", "-o", help="translations (default: stdout)")
     p.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy")
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         check_input(args.input)
     if args.engine == "ctranslate2":
         return _ctranslate2(args)
-    from attnmt.runs.checkpoint import run_files
+    from attnmt.runs.checkpoint import EMA_FILE, run_files
 
     read = [args.input, args.dict, args.ngram, *(f for m in args.model for f in run_files(m))]
     if args.output:
@@ -86,7 +88,11 @@ def run(args: argparse.Namespace) -> int:
 
     check_precision_flags(args.bf16, args.float32)  # before the model loads, as the other checks
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
-                                 args.ngram, args.alpha)
+                                 args.ngram, args.alpha, raw_weights=args.raw_weights)
+    ema = [run.name for run in translator.runs if run.weights == EMA_FILE]
+    if ema:
+        print(f"attnmt: using the EMA weights ({EMA_FILE}) of {', '.join(ema)}; --raw-weights for "
+              "the raw ones", file=sys.stderr)
     if args.int8:
         use_int8_output_layer(translator.runs)
     set_search_precision(translator.runs, bf16=args.bf16, float32=args.float32)

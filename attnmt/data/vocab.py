@@ -177,6 +177,17 @@ class SentencePieceTokenizer:
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         return [self.sp.piece_to_id(p) for p in pieces]
 
+    def encode_sampled(self, lines: list[str], alpha: float, seed: int) -> list[list[int]]:
+        """One sampled segmentation per line (subword regularisation, data.spm_alpha): unigram
+        sampling over all segmentations (nbest_size -1, smoothing alpha) or, for BPE, BPE-dropout
+        with probability alpha. One thread: sentencepiece seeds each thread's generator, so only a
+        single-threaded pass is reproducible from ``seed``."""
+        import sentencepiece as spm
+
+        spm.set_random_generator_seed(seed)
+        return self.sp.encode([_cased(x, self.lowercase) for x in lines], enable_sampling=True,
+                              alpha=alpha, nbest_size=-1, num_threads=1)
+
     def piece(self, i: int) -> str:
         return self.sp.id_to_piece(i)
 

@@ -35,11 +35,12 @@ def _pieces(tok: Tokenizer) -> list[str]:
 
 
 def load_members(runs: list[str], checkpoint: str = "best", device: str = "auto",
-                 ngram: str | None = None, alpha: float | None = None) -> list[Run]:
+                 ngram: str | None = None, alpha: float | None = None,
+                 raw_weights: bool = False) -> list[Run]:
     """Load every run; all must share the target vocabulary (same pieces, same ids)."""
     members = []
     for run in runs:
-        member = load_run(run, checkpoint, device, ngram, alpha)
+        member = load_run(run, checkpoint, device, ngram, alpha, raw_weights)
         if member.cfg.task != "translate":
             raise UserError("only translation models can be combined", run)
         members.append(member)
@@ -133,7 +134,7 @@ class EnsembleTranslator(Translator):
 
 def load_translator(
     runs: list[str], checkpoint: str = "best", device: str = "auto", mode: str = "logprob",
-    ngram: str | None = None, alpha: float | None = None,
+    ngram: str | None = None, alpha: float | None = None, raw_weights: bool = False,
 ) -> Translator:
     """A Translator for one run, an EnsembleTranslator for several (``ngram``/``alpha``: NgramRes
     plug and play for every model, see attnmt/ngram/residual.py)."""
@@ -143,5 +144,5 @@ def load_translator(
         if not Path(run).is_dir():
             raise UserError("run directory not found", run)
     if len(runs) == 1:
-        return Translator.from_run(runs[0], checkpoint, device, ngram, alpha)
-    return EnsembleTranslator(load_members(runs, checkpoint, device, ngram, alpha), mode)
+        return Translator.from_run(runs[0], checkpoint, device, ngram, alpha, raw_weights)
+    return EnsembleTranslator(load_members(runs, checkpoint, device, ngram, alpha, raw_weights), mode)

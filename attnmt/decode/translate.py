@@ -143,8 +143,9 @@ class Translator:
 
     @classmethod
     def from_run(cls, run_dir: str | Path, checkpoint: str = "best", device: str = "auto",
-                 ngram: str | None = None, alpha: float | None = None) -> Translator:
-        return cls.of(load_run(run_dir, checkpoint, device, ngram, alpha))
+                 ngram: str | None = None, alpha: float | None = None,
+                 raw_weights: bool = False) -> Translator:
+        return cls.of(load_run(run_dir, checkpoint, device, ngram, alpha, raw_weights))
 
     @classmethod
     def of(cls, run: Run) -> Translator:

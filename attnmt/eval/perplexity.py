@@ -236,6 +236,7 @@ def perplexity_report(
     pick_on_test: bool = False,
     source: str | None = None,
     target_file: bool = False,
+    raw_weights: bool = False,
 ) -> dict:
     """Perplexity of run ``run_dir`` on ``path`` under its configured setting, or under a grid of
     α (NgramRes) and λ (Prob-Inter) values.
@@ -245,13 +246,14 @@ def perplexity_report(
     which always reads a target file). A grid's setting is chosen only on a separate tuning file,
     ``tune_on`` ("best"). Choosing it on ``path`` itself is tuning on the test data: only with
     ``pick_on_test``, and then reported as "best_on_test", never as "best". Returns {"model",
-    "input", "results": rows, "best": label|None[, "best_on_test"][, "tune_on", "dev"][, "warnings"]}."""
+    "input", "results": rows, "best": label|None[, "best_on_test"][, "tune_on", "dev"][, "warnings"]}.
+    ``raw_weights``: a run trained with train.ema is scored with its raw weights, not the EMA ones."""
     lines = read_target_file(path, source) if source is not None or target_file else None
     if tune_on and pick_on_test:
         raise UserError("--tune-on and --pick-on-test exclude each other: choose on a tuning file or say you chose on the test input")
     if tune_on and Path(tune_on).resolve() == Path(path).resolve():
         raise UserError("--tune-on must be a different file from --input (tuning on the test input)", tune_on)
-    run = load_run(run_dir, checkpoint, device)
+    run = load_run(run_dir, checkpoint, device, raw_weights=raw_weights)
     model, ngram = run.network, run.ngram
     if ngram_path:
         ngram = load_ngram(ngram_path)
@@ -266,7 +268,7 @@ def perplexity_report(
     settings = list(dict.fromkeys(([] if grid else [configured_setting(run.ngram_head)]) + grid
                                   + ([Setting("ngram")] if ngram_only else [])))
     device = run.device
-    out: dict = {"model": run_dir, "input": path, "best": None}
+    out: dict = {"model": run_dir, "input": path, "best": None, "weights": run.weights}
     warnings = []
     if tune_on:
         *data, warning = read_eval_data(run, tune_on)

@@ -103,18 +103,10 @@ def plot_lengths(rows: list[dict], systems: list[str], out: str | Path) -> None:
 
 def plot_heatmap(attention: torch.Tensor, src_labels: list[str], tgt_labels: list[str], out: str | Path,
                  title: str = "") -> None:
-    """attention: (len(tgt_labels), len(src_labels))."""
-    a = attention.detach().float().cpu().numpy()
-    h, w = a.shape
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * w + 2), max(3.0, 0.4 * h + 1.5)))
-    ax.imshow(a, cmap="Greys", vmin=0.0, vmax=max(float(a.max()), 1e-9), aspect="auto")
-    ax.set_xticks(range(w), src_labels, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(h), tgt_labels, fontsize=8)
-    ax.xaxis.tick_top()
-    plt.setp(ax.get_xticklabels(), ha="left")
-    if title:
-        ax.set_xlabel(title, fontsize=8)
-    _save(fig, out)
+    """attention: (len(tgt_labels), len(src_labels)); the figure is decode/heatmap.py's."""
+    from attnmt.decode.heatmap import heatmap_figure
+
+    _save(heatmap_figure(attention, src_labels, tgt_labels, title), out)
 
 
 def _save(fig, out: str | Path) -> None:

@@ -5,6 +5,8 @@ Layout of a run directory::
     RUN/config.yaml  RUN/src.vocab|src.spm.model  RUN/tgt.vocab|tgt.spm.model  RUN/log.jsonl
     RUN/checkpoints/step-00001200/model.safetensors   weights (what translate/serve load)
     RUN/checkpoints/step-00001200/trainer.pt          optimizer, scheduler, RNG, progress
+    RUN/checkpoints/step-00001200/ema.safetensors     train.ema: the averaged weights (what
+                                                      translate/serve load when present)
     RUN/checkpoints/LAST, RUN/checkpoints/BEST         one line: the directory name
 
 A checkpoint directory is written under a temporary name and renamed into place, and the pointer
@@ -80,7 +82,10 @@ def save_checkpoint(
     trainer_state: dict[str, Any] | None,
     best: bool = False,
     keep: int = 5,
+    extra_weights: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Path:
+    """Write checkpoint ``step``: the model's weights, the trainer state and ``extra_weights``
+    (file name -> state dict, e.g. EMA_FILE), atomically; LAST (and with ``best`` BEST) name it."""
     ckpt_root = Path(run_dir) / "checkpoints"
     ckpt_root.mkdir(parents=True, exist_ok=True)
     name = f"step-{step:08d}"
@@ -90,6 +95,8 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     save_file(state_dict_for_saving(model), str(tmp / "model.safetensors"))
+    for file_name, weights in (extra_weights or {}).items():
+        save_file(weights, str(tmp / file_name))
     if trainer_state is not None:
         torch.save(trainer_state, tmp / "trainer.pt")
     for f in tmp.iterdir():
@@ -171,6 +178,16 @@ def find_checkpoint(run_dir: str | os.PathLike, which: str = "best") -> Path:
     if not path.is_dir():
         raise UserError(f"no checkpoint {which!r}", str(run_dir))
     return path
+
+
+EMA_FILE = "ema.safetensors"  # train.ema's averaged weights, beside model.safetensors
+
+
+def weights_path(ckpt_dir: Path, raw: bool = False) -> Path:
+    """The weights a checkpoint is used with: the EMA weights when it has them (train.ema), the
+    raw ``model.safetensors`` otherwise or when ``raw`` (translate --raw-weights)."""
+    ema = ckpt_dir / EMA_FILE
+    return ema if not raw and ema.is_file() else ckpt_dir / "model.safetensors"
 
 
 def load_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:

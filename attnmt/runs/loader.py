@@ -6,7 +6,9 @@
     run.source_ids([run.source(line)])              # id lists in the order the encoder reads them
 
 translate, align and heat maps, ensembles, window analysis, the server, perplexity and accuracy
-all load through ``load_run``. ``ngram``/``alpha`` swap a run's n-gram model or fix its α
+all load through ``load_run``. A checkpoint with EMA weights (train.ema: ema.safetensors) is
+loaded with those unless ``raw_weights`` (translate/eval --raw-weights); ``Run.weights`` names
+the file. ``ngram``/``alpha`` swap a run's n-gram model or fix its α
 (NgramRes plug and play, attnmt/ngram/residual.py) at load time; the neural weights are untouched.
 """
 
@@ -24,7 +26,7 @@ from attnmt.data.labels import LabelSet
 from attnmt.data.vocab import UNK, Tokenizer, load_tokenizer
 from attnmt.errors import UserError
 from attnmt.models import build_model
-from attnmt.runs.checkpoint import find_checkpoint, load_weights
+from attnmt.runs.checkpoint import find_checkpoint, load_weights, weights_path
 from attnmt.runs.device import resolve_device
 
 
@@ -45,6 +47,7 @@ class Run:
     src_tok: Tokenizer | None
     tgt_tok: Tokenizer | LabelSet
     name: str = ""
+    weights: str = ""  # the weights file loaded (ema.safetensors or model.safetensors)
 
     @property
     def device(self) -> torch.device:
@@ -159,8 +162,10 @@ def load_run(
     device: str | torch.device = "auto",
     ngram: str | None = None,
     alpha: float | None = None,
+    raw_weights: bool = False,
 ) -> Run:
-    """Load checkpoint ``checkpoint`` (best, last or step-NNNNNNNN) of a run, in eval mode.
+    """Load checkpoint ``checkpoint`` (best, last or step-NNNNNNNN) of a run, in eval mode: its
+    EMA weights when it has them (train.ema), its raw weights when not or with ``raw_weights``.
 
     A run trained with an n-gram model (``ngram:`` section) comes wrapped in its NgramResidual,
     with α at the checkpoint's step; ``ngram`` (a file) and ``alpha`` override them."""
@@ -170,10 +175,11 @@ def load_run(
     cfg, src_tok, tgt = read_run(run_dir)
     model = model_for(cfg, src_tok, tgt)
     ckpt = find_checkpoint(run_dir, checkpoint)
-    weights = load_weights(ckpt / "model.safetensors")
+    path = weights_path(ckpt, raw_weights)
+    weights = load_weights(path)
     if cfg.task != "classify":
         model = attach_ngram(model, cfg, run_dir, tgt, step=checkpoint_step(ckpt))  # the run's n-gram
         model = override(model, cfg, tgt, ngram, alpha)
     load_weights_into(model, weights, str(run_dir))
     model.to(dev).eval()
-    return Run(model, cfg, src_tok, tgt, str(run_dir))
+    return Run(model, cfg, src_tok, tgt, str(run_dir), path.name)

@@ -1,7 +1,8 @@
 """Turn a config's data section into tokenizers and token-id datasets for the trainer.
 
 Tokenizers are trained on the training data the first time a run starts and saved in the run
-directory; a resumed run (or another data-parallel rank) loads them from there.
+directory; a resumed run (or another data-parallel rank) loads them from there. With
+``data.spm_alpha`` the training text is kept and ``resample`` encodes it anew each epoch.
 """
 
 from __future__ import annotations
@@ -26,6 +27,34 @@ class TaskData:
     dev_src: list[list[int]] = field(default_factory=list)
     dev_tgt: list[list[int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # translate: the dev text (lower-cased if the run is), what BLEU/chrF validation translates
+    dev_src_text: list[str] = field(default_factory=list)
+    dev_tgt_text: list[str] = field(default_factory=list)
+    # data.spm_alpha: the training text (source lines empty for an LM) that ``resample`` encodes
+    train_src_text: list[str] = field(default_factory=list)
+    train_tgt_text: list[str] = field(default_factory=list)
+    sampled_epoch: int = 0  # the epoch train_src/train_tgt were sampled for (0: not sampled)
+
+
+def resample(data: TaskData, cfg: Config, epoch: int) -> None:
+    """Subword regularisation (``data.spm_alpha``): replace the training ids by a new sampled
+    segmentation of the kept training text, the same on every rank and after --resume for a
+    given (train.seed, epoch). Pairs over data.max_len after sampling are left out this epoch.
+    Dev ids are never touched."""
+    d = cfg.data
+    if d.spm_alpha <= 0 or data.sampled_epoch == epoch:
+        return
+    seed = (cfg.train.seed * 1_000_003 + epoch) % (2**31)
+    tgt = data.tgt_tok.encode_sampled(data.train_tgt_text, d.spm_alpha, seed)
+    if cfg.task == "lm":
+        data.train_tgt = [seq[: d.max_len] for seq in tgt]
+        data.sampled_epoch = epoch
+        return
+    src = data.src_tok.encode_sampled(data.train_src_text, d.spm_alpha, seed + 1)
+    if d.reverse_source:
+        src = [seq[::-1] for seq in src]
+    data.train_src, data.train_tgt, _ = filter_by_length(src, tgt, d.max_len)
+    data.sampled_epoch = epoch
 
 
 def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: Path,
@@ -98,8 +127,13 @@ def prepare_data(
         train_src, train_tgt, dropped = filter_by_length(train_src, train_tgt, d.max_len)
         data = TaskData(src_tok, tgt_tok, train_src, train_tgt)
         data.notes.append(f"train: {stats.summary()}; {dropped} pairs over {d.max_len} tokens")
+        if d.spm_alpha > 0:
+            data.train_src_text, data.train_tgt_text = src_lines, tgt_lines
         if d.dev:
             dsrc, dtgt, _ = read_parallel(d.dev, d.src, d.tgt)
+            # BLEU validation compares with references cased as the run's outputs are
+            data.dev_src_text = dsrc
+            data.dev_tgt_text = [x.lower() for x in dtgt] if d.lowercase else dtgt
             data.dev_src = encode_corpus(src_tok, dsrc, d.reverse_source)
             data.dev_tgt = encode_corpus(tgt_tok, dtgt)
         return data
@@ -112,8 +146,11 @@ def prepare_data(
         sync()
         if not create_tokenizers:
             tgt_tok = load_tokenizer(run_dir, "tgt", d.lowercase)
-        kept = [(seq[: d.max_len], k) for seq, k in zip(encode_corpus(tgt_tok, lines), line_domains) if seq]
+        encoded = encode_corpus(tgt_tok, lines)
+        kept = [(seq[: d.max_len], k) for seq, k in zip(encoded, line_domains) if seq]
         data = TaskData(None, tgt_tok, [_domain_source(k) for _, k in kept], [seq for seq, _ in kept])
+        if d.spm_alpha > 0:  # the lines of the kept sequences, for resample
+            data.train_tgt_text = [line for line, seq in zip(lines, encoded) if seq]
         if domains:
             counts = [sum(k == i for _, k in kept) for i in range(len(domains))]
             data.notes.append("domains: " + ", ".join(f"{n} {c}" for n, c in zip(domains, counts)))

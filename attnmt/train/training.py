@@ -4,9 +4,13 @@
     torchrun --nproc-per-node N -m attnmt train CONFIG.yaml --out RUN      # data parallel
 
 One step: forward with teacher forcing, cross-entropy over target tokens (normalised per sentence,
-as the paper's SGD recipe assumes, or per token), backward, gradient-norm clipping, update. Every
-``valid_every`` steps (default: each epoch) the dev perplexity is computed and a checkpoint written;
-the best one by dev perplexity is marked BEST. Only rank 0 writes files. SIGINT/SIGTERM finish the
+as the paper's SGD recipe assumes, or per token), backward, gradient-norm clipping, update (then
+the weights' moving average, train.ema: train/ema.py). Every ``valid_every`` steps (default: each
+epoch) the dev perplexity (and, by train.valid_metric, BLEU or chrF: train/validation.py) is
+computed and a checkpoint written; the best one by that metric is marked BEST, and
+``train.patience`` validations without a better one stop the run. Only rank 0 writes files
+(TensorBoard's too, train.tensorboard: train/tensorboard.py). ``--init-from`` starts from another
+run's weights (train/init_from.py). SIGINT/SIGTERM finish the
 current step, write a checkpoint and exit cleanly; SIGKILL loses at most the work since the last
 checkpoint, and ``--resume`` continues from it with the same batch order and RNG state.
 """
@@ -37,6 +41,7 @@ from attnmt.kernels.packed import bf16_products, native_bf16
 from attnmt.models import build_model
 from attnmt.models.common import loss_units, model_loss, token_loss
 from attnmt.runs.checkpoint import (
+    EMA_FILE,
     check_trainer_state,
     find_checkpoint,
     load_trainer_state,
@@ -45,9 +50,12 @@ from attnmt.runs.checkpoint import (
 )
 from attnmt.runs.device import resolve_device
 from attnmt.runs.loader import load_weights_into
-from attnmt.train.data import TaskData, prepare_data
+from attnmt.train import init_from as init
+from attnmt.train.data import TaskData, prepare_data, resample
+from attnmt.train.ema import EMA
 from attnmt.train.row_groups import grouped_backward, groups_for
 from attnmt.train.row_processes import RowProcesses, supported as row_processes_supported
+from attnmt.train.validation import Tracker, dev_score
 
 
 # -- devices and processes ----------------------------------------------------------------------
@@ -144,7 +152,10 @@ class TokenLoss(torch.nn.Module):
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False):
+    def __init__(self, cfg: Config, run_dir: Path, resume: bool = False, init_from: str | None = None,
+                 init_optimizer: bool = False):
+        """``init_from``: ``RUN[:CKPT]`` to start from (train/init_from.py), ignored when resuming
+        from a checkpoint of this run; ``init_optimizer``: its optimizer state too."""
         self.cfg, self.run_dir = cfg, run_dir
         t = cfg.train
         self.dist, self.device = init_distributed(t.device)
@@ -152,10 +163,19 @@ class Trainer:
             torch.set_num_threads(t.threads)
         torch.manual_seed(t.seed + self.dist.rank)
         resuming = resume and (run_dir / "checkpoints" / "LAST").exists()
+        source = None
+        if init_from and not resuming:
+            source, which = init.parse_spec(init_from)
+            init.check_compatible(cfg, init.source_config(source), source)
         if self.dist.main:  # config.yaml is written by run_training once all of this worked
             run_dir.mkdir(parents=True, exist_ok=True)
+            if source is not None:
+                init.copy_vocabularies(source, run_dir)
+        if source is not None:
+            self.dist.barrier()  # the copied tokenizers are in place for every rank
         self.data: TaskData = prepare_data(
-            cfg, run_dir, create_tokenizers=self.dist.main and not resuming, sync=self.dist.barrier
+            cfg, run_dir, create_tokenizers=self.dist.main and not resuming and source is None,
+            sync=self.dist.barrier
         )
         src_vocab = len(self.data.src_tok) if self.data.src_tok else 0
         self.model = build_model(cfg, src_vocab, len(self.data.tgt_tok)).to(self.device)
@@ -167,11 +187,24 @@ class Trainer:
                                   train_tgt=self.data.train_tgt if self.dist.main else None,
                                   sync=self.dist.barrier, train_src=self.data.train_src)
         self.optimizer = make_optimizer(cfg, self.model)
+        self.init_note = None
+        if source is not None:
+            optimizer = self.optimizer if init_optimizer else None
+            loaded = init.load_initial(self.model, optimizer, source, which,
+                                       init.source_config(source).train.optimizer == t.optimizer)
+            self.init_note = {"event": "init", "from": loaded, "optimizer": init_optimizer}
+        self.ema = EMA(self.model, t.ema) if t.ema > 0 else None  # θ̄₀: the initial weights
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
-        self.elapsed, self.best_ppl = 0.0, float("inf")
+        self.elapsed, self.best_ppl = 0.0, float("inf")  # best_ppl: the dev ppl of BEST
+        self.tracker = Tracker.fresh(t.valid_metric)  # BEST's train.valid_metric, patience
         self.tokens = 0  # target tokens (or sentences, classify) trained on so far
         self.steps_per_epoch = 1  # set when training starts
         self.validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
+        self.tensorboard = None
+        if t.tensorboard and self.dist.main:
+            from attnmt.train.tensorboard import TensorBoard
+
+            self.tensorboard = TensorBoard(run_dir)
         if resuming:
             self._resume()
         # A model may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal to
@@ -212,7 +245,17 @@ class Trainer:
         self.step, self.epoch = state["step"], state["epoch"]
         self.batch_in_epoch, self.elapsed = state["batch_in_epoch"], state["elapsed"]
         self.best_ppl = state["best_ppl"]
+        if state.get("valid_metric", "ppl") == self.cfg.train.valid_metric:
+            best = state.get("best_score", self.best_ppl)  # a checkpoint from before valid_metric: ppl
+            self.tracker = Tracker(self.cfg.train.valid_metric, best, state.get("since_best", 0))
+        # else: --set train.valid_metric changed the metric; BEST is chosen afresh from here on
         self.tokens = state.get("tokens", 0)
+        if self.ema is not None:
+            path = ckpt / EMA_FILE
+            if path.is_file():
+                self.ema.load(load_weights(path), str(path))
+            else:  # train.ema switched on at --resume: the average starts from the weights now
+                self.ema = EMA(self.model, self.cfg.train.ema)
         if torch.cuda.is_available() and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.log({"event": "resume", "checkpoint": ckpt.name, "step": self.step})
@@ -225,6 +268,9 @@ class Trainer:
             "batch_in_epoch": self.batch_in_epoch,
             "elapsed": self.elapsed,
             "best_ppl": self.best_ppl,
+            "valid_metric": self.tracker.metric,
+            "best_score": self.tracker.best,
+            "since_best": self.tracker.since_best,
             "tokens": self.tokens,
             "rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -232,7 +278,9 @@ class Trainer:
 
     def checkpoint(self, best: bool = False) -> None:
         if self.dist.main:
-            save_checkpoint(self.run_dir, self.step, self.model, self._trainer_state(), best)
+            extra = {EMA_FILE: self.ema.weights()} if self.ema is not None else None
+            save_checkpoint(self.run_dir, self.step, self.model, self._trainer_state(), best,
+                            extra_weights=extra)
 
     def log(self, record: dict) -> None:
         if not self.dist.main:
@@ -240,24 +288,50 @@ class Trainer:
         record = {"time": round(time.time(), 3), **record}
         with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(dumps(record) + "\n")  # valid JSON: an infinite best_ppl is null
+        if self.tensorboard is not None:  # a mirror of the log's numbers
+            self.tensorboard.record(record)
 
     # -- validation ----------------------------------------------------------------------------
     def validate(self) -> dict | None:
+        """Dev ppl (and train.valid_metric's score) of the weights, their EMA when train.ema is
+        on; BEST follows the metric; the record says what it cost (seconds)."""
         if not self.data.dev_tgt:
             return None
-        evaluate = getattr(type(self.model), "evaluate", None) or perplexity  # ppl (or exp(loss)) picks BEST
-        result = evaluate(self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast)
-        best = result["ppl"] < self.best_ppl
+        start = time.perf_counter()
+        with self.ema.applied() if self.ema is not None else nullcontext():
+            result = self._evaluate()
+        metric = self.cfg.train.valid_metric
+        result["seconds"] = round(time.perf_counter() - start, 3)
+        best = self.tracker.observe(result[metric])
         if best:
             self.best_ppl = result["ppl"]
-        self.log({"event": "valid", "step": self.step, "epoch": self.epoch, **result, "best": best})
+        self.log({"event": "valid", "step": self.step, "epoch": self.epoch, **result, "metric": metric,
+                  "best": best, "since_best": self.tracker.since_best, "ema": self.ema is not None})
         self.checkpoint(best=best)
         self.validated = (self.step, result)
+        return result
+
+    def _evaluate(self) -> dict:
+        """ppl by teacher forcing (a model's own ``evaluate``: the classifier), the dev BLEU/chrF
+        of train.valid_metric, and TensorBoard's attention pictures, of the weights in the model."""
+        evaluate = getattr(type(self.model), "evaluate", None) or perplexity
+        result = evaluate(self.model, self.data.dev_src, self.data.dev_tgt, self.device, autocast=self.autocast)
+        d = self.data
+        if self.cfg.train.valid_metric != "ppl":
+            # searched in float32, as translate does: the score is the one users will see
+            result.update(dev_score(self.model, self.cfg, d.src_tok, d.tgt_tok, self.device,
+                                    d.dev_src_text, d.dev_tgt_text))
+        if self.tensorboard is not None and d.dev_src_text:
+            from attnmt.train.tensorboard import example_translations
+
+            self.tensorboard.attention(self.step, example_translations(
+                self.model, self.cfg, d.src_tok, d.tgt_tok, self.device, d.dev_src_text))
         return result
 
     # -- training ------------------------------------------------------------------------------
     def _epoch_batches(self) -> list[list[int]]:
         t = self.cfg.train
+        resample(self.data, self.cfg, self.epoch)  # data.spm_alpha: this epoch's segmentation
         batches = make_batches(
             self.data.train_src, self.data.train_tgt, t.batch_size, t.batch_by, True, t.seed, self.epoch
         )
@@ -315,6 +389,8 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.ema is not None:
+            self.ema.update()
         self.step += 1
         return total_loss, total_tokens
 
@@ -343,10 +419,14 @@ class Trainer:
         return self.row_processes
 
     def close(self) -> None:
-        """Stop the row processes, if any (train() does this when it returns)."""
+        """Stop the row processes, if any, and close TensorBoard's files (train() does this when
+        it returns)."""
         if self.row_processes is not None:
             self.row_processes.close()
             self.row_processes = None
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
 
     def _progress(self) -> float:
         """The spent fraction of the training budget: the largest of steps / max_steps,
@@ -387,6 +467,9 @@ class Trainer:
         self._install_signal_handlers()
         for note in self.data.notes:
             self.log({"event": "data", "note": note})
+        if self.init_note is not None:
+            self.log(self.init_note)
+            self.init_note = None
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log({"event": "start", "params": n_params, "device": str(self.device), "world": self.dist.world,
                   "precision": "bf16 products" if self.cpu_bf16 else ("amp" if t.amp and self.device.type == "cuda" else "float32")})
@@ -403,8 +486,9 @@ class Trainer:
             batches = self._epoch_batches()
             groups = [batches[i : i + t.accumulate] for i in range(0, len(batches), t.accumulate)]
             while self.batch_in_epoch < len(groups):
-                if self._agree(self.stop_requested or self._out_of_budget()):
-                    finished = "signal" if self.stop_requested else "budget"
+                patience = self.tracker.patience_spent(t.patience)
+                if self._agree(self.stop_requested or self._out_of_budget() or patience):
+                    finished = "signal" if self.stop_requested else ("patience" if patience else "budget")
                     break
                 idx = groups[self.batch_in_epoch]
                 step_batches = list(iterate_batches(self.data.train_src, self.data.train_tgt, idx))
@@ -451,6 +535,8 @@ class Trainer:
             self.checkpoint()
         summary = {"event": "end", "reason": finished, "step": self.step, "epoch": self.epoch,
                    "tokens": self.tokens, "elapsed": round(self.elapsed, 1), "best_dev_ppl": self.best_ppl}
+        if t.valid_metric != "ppl":
+            summary[f"best_dev_{t.valid_metric}"] = self.tracker.best
         self.log(summary)
         if self.dist.world > 1:
             dist.barrier()
@@ -472,7 +558,10 @@ def stop_handler(trainer) -> Callable[[int, Any], None]:
     return request_stop
 
 
-def run_training(config_path: str | None, run_dir: str, overrides: list[str], resume: bool) -> dict:
+def run_training(config_path: str | None, run_dir: str, overrides: list[str], resume: bool,
+                 init_from: str | None = None, init_optimizer: bool = False) -> dict:
+    """Train CONFIG into ``run_dir`` (or continue it: ``resume``). ``init_from``: RUN[:CKPT] whose
+    weights and vocabularies a new run starts from (ignored once the run has a checkpoint)."""
     run = Path(run_dir)
     if run.exists() and not run.is_dir():
         raise UserError("--out must be a run directory, not a file", run_dir)
@@ -494,7 +583,7 @@ def run_training(config_path: str | None, run_dir: str, overrides: list[str], re
     existed = run.exists()
     fresh = not existed or not any(run.iterdir())  # a failed start may remove what it wrote
     try:
-        trainer = Trainer(cfg, run, resume=resume)
+        trainer = Trainer(cfg, run, resume=resume, init_from=init_from, init_optimizer=init_optimizer)
     except BaseException:
         if fresh and run.is_dir():
             _clear(run, remove=not existed)
