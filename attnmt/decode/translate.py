@@ -149,7 +149,9 @@ class Translator:
 
     @classmethod
     def of(cls, run: Run) -> Translator:
-        return cls(run.model, run.cfg, run.src_tok, run.tgt_tok, run.device)
+        translator = cls(run.model, run.cfg, run.src_tok, run.tgt_tok, run.device)
+        translator.run = run  # with its name and the weights file it loaded, for messages
+        return translator
 
     @property
     def runs(self) -> list[Run]:
