@@ -9,7 +9,8 @@ which is what one process computes with ``train.accumulate=2`` (normaliser: all 
 the step). Parameters start equal (DDP broadcasts rank 0's, initialised with the same seed) and
 dropout is 0, so the runs differ only by float rounding. (A doubled batch of 2B sentences is *not*
 exact: the length buckets would differ. Token-normalised loss is not exact either: the ranks'
-token counts differ.)
+token counts differ.) The two equal runs also keep an EMA of the weights (train.ema): the average
+of equal parameters is equal, and rank 0 saves it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ COMMON = [
     "train.log_every=1",
     "train.save_every=0",
 ]
+EMA = ["train.ema=0.9"]  # the DDP run and its one-process equal
 
 
 def _run_inprocess(config: Path, out: Path, overrides: list[str]) -> None:
@@ -83,14 +85,14 @@ def runs(tiny_corpus, tmp_path_factory):
         "--out",
         str(ddp),
     ]
-    for o in COMMON:
+    for o in COMMON + EMA:
         cmd += ["--set", o]
     proc = subprocess.run(
         cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     accum = base / "accum2"
-    _run_inprocess(tiny_corpus.config, accum, COMMON + ["train.accumulate=2"])
+    _run_inprocess(tiny_corpus.config, accum, COMMON + EMA + ["train.accumulate=2"])
     single = base / "single"  # half the data per step: must *not* match
     _run_inprocess(tiny_corpus.config, single, COMMON)
     return ddp, accum, single
@@ -111,6 +113,15 @@ def test_two_processes_equal_one_process_with_accumulation(runs):
     assert valid["ddp"]["step"] == valid["acc"]["step"] == STEPS
     assert valid["ddp"]["loss"] == pytest.approx(valid["acc"]["loss"], abs=1e-5)
     assert abs(valid["ddp"]["loss"] - valid["one"]["loss"]) > 1e-3  # measured: 0.005
+
+
+def test_the_ema_of_two_processes_equals_one_process_with_accumulation(runs):
+    ddp, accum, _ = runs
+    a = load_weights(find_checkpoint(ddp, "last") / "ema.safetensors")
+    b = load_weights(find_checkpoint(accum, "last") / "ema.safetensors")
+    assert _max_diff(a, b) < 1e-5
+    raw = load_weights(find_checkpoint(ddp, "last") / "model.safetensors")
+    assert _max_diff(a, raw) > 1e-3  # the average, not a copy of the weights
 
 
 def test_only_rank_zero_writes(runs):
