@@ -166,7 +166,8 @@ class Trainer:
         source = None
         if init_from and not resuming:
             source, which = init.parse_spec(init_from)
-            init.check_compatible(cfg, init.source_config(source), source)
+            source_cfg = init.source_config(source)
+            init.check_compatible(cfg, source_cfg, source)
         if self.dist.main:  # config.yaml is written by run_training once all of this worked
             run_dir.mkdir(parents=True, exist_ok=True)
             if source is not None:
@@ -191,7 +192,7 @@ class Trainer:
         if source is not None:
             optimizer = self.optimizer if init_optimizer else None
             loaded = init.load_initial(self.model, optimizer, source, which,
-                                       init.source_config(source).train.optimizer == t.optimizer)
+                                       source_cfg.train.optimizer == t.optimizer)
             self.init_note = {"event": "init", "from": loaded, "optimizer": init_optimizer}
         self.ema = EMA(self.model, t.ema) if t.ema > 0 else None  # θ̄₀: the initial weights
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
