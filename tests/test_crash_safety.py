@@ -95,9 +95,11 @@ def _events(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "log.jsonl").read_text().splitlines()]
 
 
-def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_corpus, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["train.ema=0.9"]], ids=["plain", "ema"])
+def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_corpus, tmp_path, extra):
+    """With train.ema the moving average (ema.safetensors) is restored too and ends equal."""
     run = tmp_path / "killed"
-    proc = _start(tiny_corpus.config, run, OVERRIDES)
+    proc = _start(tiny_corpus.config, run, OVERRIDES + extra)
     _wait_for(lambda: _last_step(run) >= 5, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
@@ -121,12 +123,13 @@ def test_sigkill_after_a_checkpoint_then_resume_equals_uninterrupted(tiny_corpus
     assert len(resumed) == 1 and resumed[0]["step"] == killed_at  # lost only the work after it
 
     reference = tmp_path / "reference"  # checkpoints do not touch the trajectory: save fewer
-    _inprocess(str(tiny_corpus.config), reference, OVERRIDES + ["train.save_every=0"], resume=False)
-    a = load_weights(find_checkpoint(run, "last") / "model.safetensors")
-    b = load_weights(find_checkpoint(reference, "last") / "model.safetensors")
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    _inprocess(str(tiny_corpus.config), reference, OVERRIDES + extra + ["train.save_every=0"], resume=False)
+    for name in ["model.safetensors"] + (["ema.safetensors"] if extra else []):
+        a = load_weights(find_checkpoint(run, "last") / name)
+        b = load_weights(find_checkpoint(reference, "last") / name)
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), (name, k)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

@@ -73,6 +73,10 @@ def test_a_sampled_run_trains_across_epochs(tiny_corpus, tmp_path):
             signal.signal(s, h)
         torch.set_num_threads(threads)
     assert summary["step"] == 20 and summary["epoch"] == 2
+    import json
+
+    records = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records if r["event"] == "resample"] == [1, 2]  # once per epoch
 
 
 @pytest.mark.parametrize("override, message", [([], "needs data.tokenizer bpe or unigram"),

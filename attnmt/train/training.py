@@ -332,7 +332,10 @@ class Trainer:
     # -- training ------------------------------------------------------------------------------
     def _epoch_batches(self) -> list[list[int]]:
         t = self.cfg.train
-        resample(self.data, self.cfg, self.epoch)  # data.spm_alpha: this epoch's segmentation
+        took = resample(self.data, self.cfg, self.epoch)  # data.spm_alpha: this epoch's segmentation
+        if took is not None:
+            self.log({"event": "resample", "epoch": self.epoch, "pairs": len(self.data.train_tgt),
+                      "seconds": round(took, 2)})
         batches = make_batches(
             self.data.train_src, self.data.train_tgt, t.batch_size, t.batch_by, True, t.seed, self.epoch
         )
