@@ -57,10 +57,14 @@ def check_compatible(cfg: Config, source: Config, run: Path) -> None:
     """The first key where ``cfg`` would build another model or vocabulary than ``source``."""
     if cfg.task != source.task:
         raise UserError(f"--init-from: task is {cfg.task!r} here, {source.task!r} in the run", str(run))
-    for section, keys in (("model", None), ("data", VOCABULARY_KEYS)):
+    # every key of the model's sections (model, and any per-family section beside it), the
+    # vocabulary keys of data; train and ngram settings are the new run's own
+    sections = [f.name for f in dataclasses.fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))
+                and f.name not in ("data", "train", "ngram")]
+    for section, keys in [*((name, None) for name in sections), ("data", VOCABULARY_KEYS)]:
         mine, theirs = dataclasses.asdict(getattr(cfg, section)), dataclasses.asdict(getattr(source, section))
         for key in keys or mine:
-            if section == "model" and key in ARCHITECTURE_FREE:
+            if section != "data" and key in ARCHITECTURE_FREE:
                 continue
             if mine[key] != theirs[key]:
                 raise UserError(f"--init-from: {section}.{key} is {mine[key]!r} here, {theirs[key]!r} in the "
