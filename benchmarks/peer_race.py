@@ -1,92 +1,91 @@
-"""The race a user runs: attnmt against OpenNMT-py 3.5.1, same corpus, same model, same wall clock.
+"""The race a user runs: attnmt against OpenNMT-py 3.5.1 or eole 0.6, same corpus, same model, same
+recipe, same wall clock; for the Transformer also against CTranslate2 4.x in translation.
 
-    python benchmarks/peer_race.py --budget 900 --sizes 256,512 [--threads 2] [--out DIR]
-        [--data data/bible] [--only attnmt|opennmt] [--set section.key=value ...]
+    python benchmarks/peer_race.py [--model lstm|transformer] [--peer opennmt|eole] --budget 900
+        --sizes 256,512 [--threads 2] [--out DIR] [--data data/bible] [--only attnmt|peer]
+        [--recipe attnmt|peer] [--ct2 float32,int8] [--set section.key=value ...]
+        [--max-train-lines N --max-eval-lines M --report-every K]   (smoke tests only)
 
 What it does, on the machine it runs on:
 
 1. **Data, identical for both sides.** ``DATA/{train,dev,test}.{en,es}`` (``attnmt data bible --out
    data/bible``), stripped, go to ``OUT/data``. One sentencepiece unigram model of 8,000 pieces per
    language is trained on the train side (character coverage 1.0, attnmt's special ids), and every
-   split is encoded with it into pieces for OpenNMT-py. attnmt reads the same model
+   split is encoded with it into pieces for the peer. attnmt reads the same model
    (``data.src_spm`` / ``data.tgt_spm``), so both train on the same pieces.
-2. **OpenNMT-py 3.5.1** is installed into its own virtual environment (``OUT/onmt-venv``) on the
-   torch 2.13 CPU wheel: its metadata asks for torch<2.3, so it goes in with ``--no-deps`` plus
-   the packages its trainer and translator import; its tools run with
-   ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (torch ≥ 2.6 refuses its checkpoints otherwise).
-3. **The model**, both sides: 2-layer LSTM encoder and decoder, hidden SIZE, embeddings 256, Luong
-   ``general`` attention with input feeding, dropout 0.2, batches of 64 sentences, Adam, pairs up
-   to 100 pieces, source in order, uniform initialisation in ±0.1. OpenNMT-py runs its reference
-   recipe (``OPENNMT_CONFIG`` below: Adam 0.001 constant, gradient norm 5); attnmt runs
-   ``configs/race-lstm.yaml`` with ``model.hidden=SIZE``.
-4. **Training**, one side after the other, each for BUDGET seconds of wall clock for the whole
-   command (start-up, vocabulary, data loading and checkpoints included): OpenNMT-py under
+2. **The peer** is installed into its own virtual environment (``OUT/onmt-venv`` or
+   ``OUT/eole-venv``, or ``--venv``) on the torch 2.13 CPU wheel, with ``--no-deps`` plus the
+   packages its tools import (the exact steps: ``benchmarks/race_peers.py``). OpenNMT-py's tools
+   run with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (torch ≥ 2.6 refuses its checkpoints otherwise).
+3. **The model**, both sides. LSTM (``configs/race-lstm.yaml``, ``model.hidden=SIZE``): 2-layer
+   LSTM encoder and decoder, hidden SIZE, embeddings 256, Luong ``general`` attention with input
+   feeding, dropout 0.2, batches of 64 sentences, pairs up to 100 pieces, uniform initialisation
+   in ±0.1. Transformer (``configs/race-transformer.yaml``): 3+3 layers, d SIZE, SIZE/64 heads, ff
+   4·SIZE, pre-norm, sinusoidal positions, tied decoder embeddings, dropout 0.1, ~2,000-token
+   batches. The peer's configuration is written from attnmt's loaded config
+   (``race_peers.peer_config``; what cannot match is listed there).
+4. **The recipe**, both sides (``--recipe attnmt``, the default): attnmt's Adam (β2 0.98) with a
+   linear warm-up to its peak lr and inverse-square-root decay as the peer's ``noam`` schedule
+   (``learning_rate = peak · √(d · warmup)``), its label smoothing and gradient clipping. ``--recipe
+   peer`` gives the LSTM peer OpenNMT-py's reference recipe instead (Adam 0.001 constant, gradient
+   norm 5, no smoothing): the race before 2026-12-03.
+5. **Training**, one side after the other, each for BUDGET seconds of wall clock for the whole
+   command (start-up, vocabulary, data loading and checkpoints included): the peer under
    ``timeout BUDGET``, saving a checkpoint every 25 updates (its last one before the kill is its
-   result: on average it loses half of 25 updates); attnmt with ``train.max_time = BUDGET - 10`` seconds of
-   update time (so a schedule that decays over the budget, ``train.schedule: linear``, reaches its
-   end), after which it writes its final checkpoint and exits, under ``timeout -s TERM BUDGET`` as a
-   safety net (the handler finishes the update in progress and writes a checkpoint). Neither validates inside the budget unless its config says so (OpenNMT-py's
-   reference config validates every 1,000 updates).
-5. **Measures.** ``steps``: updates in the evaluated state. ``tgt_tok_s``: target pieces per second
+   result: on average it loses half of 25 updates); attnmt with ``train.max_time = BUDGET - 10``
+   seconds of update time (so a schedule that decays over the budget reaches its end), after which
+   it writes its final checkpoint and exits, under ``timeout -s TERM BUDGET`` as a safety net.
+   Neither validates inside the budget.
+6. **Measures.** ``steps``: updates in the evaluated state. ``tgt_tok_s``: target pieces per second
    (``</s>`` included, padding excluded) between the first and the last progress report of the run,
-   from each side's own log (OpenNMT-py: ``bsz`` target pieces × 25 updates per report; attnmt: the
+   from each side's own log (the peer: ``bsz`` target pieces × 25 updates per report; attnmt: the
    ``tokens`` counter of log.jsonl), so start-up is not counted; ``s_per_step`` likewise.
    ``budget_tok_s``: pieces trained in the evaluated state / BUDGET. ``dev_ppl``: per target piece
-   (``</s>`` included) of the dev set under the evaluated state (OpenNMT-py: its translator's GOLD
+   (``</s>`` included) of the dev set under the evaluated state (the peer: its translator's GOLD
    score with ``-tgt``, converted from per sentence to per piece; attnmt: ``attnmt score --model``).
    ``translate_s``: the whole translation command on the test set, beam 5, batches of 64 sentences,
-   timed from outside; ``sent_s`` = test sentences / translate_s. attnmt's side is timed a second
-   time with ``--int8`` (its output layer as an 8-bit product, an opt-in speed option):
-   ``translate_int8_s``, ``bleu_int8``. ``bleu`` / ``chrf``: sacrebleu's
-   defaults on the detokenised output (OpenNMT-py's pieces decoded with the sentencepiece model)
-   against the raw Spanish test side, the same call for both.
+   timed from outside; ``sent_s`` = test sentences / translate_s. attnmt's LSTM is timed a second
+   time with ``--int8`` (its output layer as an 8-bit product): ``translate_int8_s``,
+   ``bleu_int8``. ``bleu`` / ``chrf``: sacrebleu's defaults on the detokenised output (the peer's
+   pieces decoded with the sentencepiece model) against the raw Spanish test side, the same call
+   for all.
+7. **CTranslate2** (Transformer only; CTranslate2 converts no RNN): the peer's evaluated checkpoint
+   converted (not timed), then ``race_ct2.py translate`` run with the peer's venv Python as its own
+   process, timed from outside (start-up and model loading included), once per compute type of
+   ``--ct2`` (``float32``, ``int8`` = int8 weights and float32 activations on CPU), with
+   ``intra_threads`` = the race's threads, beam 5, batches of 64: ``ct2[TYPE]`` = {translate_s,
+   bleu, chrf, compute_type, intra_threads, isa, cpu_s}. Its best verified configuration on an
+   AVX-512 / AMX CPU is documented in docs/results/race.md ("CTranslate2 on this CPU").
 
-The last line printed is one JSON object ``{"budget": s, "threads": n, "rows": [{"size": 512,
-"attnmt": {...}, "opennmt": {...}}, ...]}``. Each side writes its files under ``OUT/SIZE/SIDE``.
-Run it on an otherwise idle machine: the two sides run one after the other, never together.
+The last line printed is one JSON object ``{"model": m, "peer": p, "recipe": r, "budget": s,
+"threads": n, "rows": [{"size": 512, "attnmt": {...}, PEER: {...}, "ratio": {...}}, ...]}``. Each
+side writes its files under ``OUT/SIZE/SIDE`` (LSTM) or ``OUT/transformer-SIZE/SIDE``. Run it on an
+otherwise idle machine: the sides run one after the other, never together.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import race_peers  # noqa: E402
+from race_peers import PEERS, TITLE, RaceError  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-ONMT_VERSION = "3.5.1"
-# what OpenNMT-py's onmt_train / onmt_translate import at start-up (its own requirements minus torch)
-ONMT_DEPS = [
-    "configargparse", "pyyaml", "sacrebleu", "six", "tensorboard", "pyonmttok<2,>=1.37", "rapidfuzz",
-    "pyahocorasick", "ctranslate2<5,>=4", "spacy", "fasttext-wheel", "flask", "waitress",
-    "sentencepiece",
-]
 STOP_MARGIN = 10  # attnmt stops itself this many seconds of update time before the budget (start-up
 # and checkpoints take ~5 s), so a schedule that decays over the budget ends where it should
-REPORT_EVERY = 25  # both sides: a progress record (and, for OpenNMT-py, a checkpoint) every 25 updates
-
-# OpenNMT-py 3.5.1's reference recipe for this corpus (paths and sizes filled in per run)
-OPENNMT_CONFIG = {
-    "src_vocab_size": 32768, "tgt_vocab_size": 32768, "share_vocab": False, "overwrite": True,
-    "src_seq_length": 100, "tgt_seq_length": 100, "model_type": "text",
-    "encoder_type": "rnn", "decoder_type": "rnn", "rnn_type": "LSTM", "enc_layers": 2, "dec_layers": 2,
-    "word_vec_size": 256, "global_attention": "general", "global_attention_function": "softmax",
-    "input_feed": 1, "dropout": [0.2], "param_init": 0.1, "seed": 1234,
-    "batch_type": "sents", "batch_size": 64, "valid_batch_size": 64, "train_steps": 100000,
-    "valid_steps": 1000, "save_checkpoint_steps": REPORT_EVERY, "keep_checkpoint": 2,
-    "optim": "adam", "learning_rate": 0.001, "max_grad_norm": 5, "report_every": REPORT_EVERY,
-    "num_workers": 0, "gpu_ranks": [],
-}
-
-
-class RaceError(Exception):
-    """A problem that stops the race: printed as one line, exit status 2."""
+REPORT_EVERY = 25  # both sides: a progress record (and, for the peer, a checkpoint) every 25 updates
+CONFIGS = {"lstm": ROOT / "configs" / "race-lstm.yaml", "transformer": ROOT / "configs" / "race-transformer.yaml"}
+CT2_SCRIPT = Path(__file__).resolve().parent / "race_ct2.py"
+ONMT_VERSION = race_peers.ONMT_VERSION
 
 
 def run(cmd: list[str], log: Path, env: dict | None = None, timeout: float | None = None) -> float:
@@ -102,8 +101,9 @@ def run(cmd: list[str], log: Path, env: dict | None = None, timeout: float | Non
 
 
 # -- data ---------------------------------------------------------------------------------------
-def prepare_data(src_dir: Path, out: Path) -> Path:
-    """Stripped text, one sentencepiece model per language, and piece files for OpenNMT-py."""
+def prepare_data(src_dir: Path, out: Path, max_train: int = 0, max_eval: int = 0) -> Path:
+    """Stripped text, one sentencepiece model per language, and piece files for the peers;
+    ``max_train`` / ``max_eval`` (0: all) keep the first lines of train / of dev and test."""
     import sentencepiece as spm
 
     out.mkdir(parents=True, exist_ok=True)
@@ -111,17 +111,19 @@ def prepare_data(src_dir: Path, out: Path) -> Path:
     if done.exists():
         return out
     for split in ("train", "dev", "test"):
+        keep = max_train if split == "train" else max_eval
         for lang in ("en", "es"):
             path = src_dir / f"{split}.{lang}"
             if not path.is_file():
                 raise RaceError(f"{path}: not found (build the corpus with: attnmt data bible --out {src_dir})")
             lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+            lines = lines[:keep] if keep else lines
             (out / f"{split}.{lang}").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     for lang in ("en", "es"):
         spm.SentencePieceTrainer.train(
             input=str(out / f"train.{lang}"), model_prefix=str(out / f"spm.{lang}"), vocab_size=8000,
             model_type="unigram", character_coverage=1.0, pad_id=0, unk_id=1, bos_id=2, eos_id=3,
-            minloglevel=2, num_threads=2,
+            minloglevel=2, num_threads=2, hard_vocab_limit=not max_train,
         )
         sp = spm.SentencePieceProcessor(model_file=str(out / f"spm.{lang}.model"))
         for split in ("train", "dev", "test"):
@@ -138,7 +140,7 @@ def target_pieces(path: Path) -> int:
 
 
 def train_flops_per_target_piece(data: Path, hidden: int, embed: int = 256, vocab: int = 8000) -> float:
-    """Floating-point operations one training update spends per target piece, for the race's model
+    """Floating-point operations one training update spends per target piece, for the race's LSTM
     on its training pairs (both ≤ 100 pieces): forward multiply-adds of the 2-layer encoder
     (4H·(E+H) + 4H·2H per source piece) and of the decoder per target piece (input feeding
     4H·(E+2H), 4H·2H, the `general` query H², scores and context 2·S·H, W_c 2H·H, output V·H),
@@ -183,39 +185,128 @@ def rates(records: list[tuple[float, int, int]], budget: float, steps: int, toke
     }
 
 
-# -- OpenNMT-py ---------------------------------------------------------------------------------
-def install_opennmt(venv: Path) -> Path:
-    bin_dir = venv / "bin"
-    if (bin_dir / "onmt_train").exists() and (venv / "READY").exists():
-        return bin_dir
+def attnmt_sets(model: str, data: Path, size: int, threads: int, budget: float, extra: list[str],
+                report_every: int = REPORT_EVERY) -> list[str]:
+    """The race's ``--set`` overrides of attnmt's config (the peer's config is written from the
+    config they give)."""
+    sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
+            f"data.tgt_spm={data / 'spm.es.model'}", f"model.hidden={size}"]
+    if model == "transformer":
+        sets += [f"model.heads={max(size // 64, 1)}", f"model.ff={4 * size}"]
+    return sets + [f"train.threads={threads}", f"train.log_every={report_every}",
+                   f"train.max_time={budget - STOP_MARGIN:g}"] + extra
+
+
+def attnmt_config(model: str, sets: list[str]):
+    """attnmt's loaded race config (this checkout's attnmt)."""
+    sys.path.insert(0, str(ROOT))
+    from attnmt.config import load_config
+    from attnmt.errors import UserError
+
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-        pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run(pip + ["torch==2.13.0"], check=True, capture_output=True)
-        subprocess.run(pip + ["--no-deps", f"opennmt-py=={ONMT_VERSION}"], check=True, capture_output=True)
-        subprocess.run(pip + ONMT_DEPS, check=True, capture_output=True)
-    except subprocess.CalledProcessError as err:
-        last = (err.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise RaceError(f"cannot install OpenNMT-py {ONMT_VERSION} into {venv}: {last[0][:200]}") from None
-    (venv / "READY").write_text("ok\n")
-    return bin_dir
+        return load_config(CONFIGS[model], sets)
+    except UserError as err:
+        raise RaceError(str(err)) from None
+
+
+# -- the peer -----------------------------------------------------------------------------------
+def peer_env(peer: str, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env.pop("PYTHONPATH", None)  # the peer's venv only
+    if peer == "opennmt":
+        env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    return env
 
 
 def opennmt_env(threads: int) -> dict:
-    return {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1", "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads)}
-
-
-def attnmt_env(threads: int) -> dict:
-    """This checkout's attnmt on ``threads`` threads."""
-    path = os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": path}
+    return peer_env("opennmt", threads)
 
 
 def opennmt_translate(bin_dir: Path, ckpt: Path, data: Path, hyp_sp: Path) -> list[str]:
     """The race's onmt_translate command (beam 5, batches of 64 sentences) of the test pieces."""
-    return [str(bin_dir / "onmt_translate"), "-model", str(ckpt), "-src", str(data / "test.sp.en"),
-            "-output", str(hyp_sp), "-beam_size", "5", "-batch_size", "64", "-batch_type", "sents", "-gpu", "-1"]
+    return race_peers.translate_cmd("opennmt", bin_dir, ckpt, data / "test.sp.en", hyp_sp)
+
+
+def decode_pieces(path: Path, spm_model: Path) -> list[str]:
+    """The peer's output pieces, one line each, as text (the sentencepiece model's decoding)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def scored_pieces(hyp_sp: Path, data: Path, refs: list[str]) -> dict:
+    hyps = decode_pieces(hyp_sp, data / "spm.es.model")
+    hyp_sp.with_suffix(".es").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    return score(hyps, refs)
+
+
+def race_peer(peer: str, model: str, bin_dir: Path, data: Path, run_dir: Path, budget: float, threads: int,
+              cfg, recipe: str, ct2_types: list[str], report_every: int = REPORT_EVERY) -> dict:
+    import yaml
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    env = peer_env(peer, threads)
+    config = run_dir / "config.yaml"
+    config.write_text(yaml.safe_dump(race_peers.peer_config(peer, model, cfg, data, run_dir, recipe, report_every),
+                                     sort_keys=False), encoding="utf-8")
+    run(race_peers.build_vocab(peer, bin_dir, config), run_dir / "build_vocab.log", env)
+    log = run_dir / "train.log"
+    with open(log, "w", encoding="utf-8") as out:
+        subprocess.run(["timeout", str(budget)] + race_peers.train_cmd(peer, bin_dir, config),
+                       stdout=out, stderr=subprocess.STDOUT, env=env)
+    ckpts = race_peers.checkpoints(peer, run_dir)
+    if not ckpts:
+        raise RaceError(f"{TITLE[peer]} saved no checkpoint within {budget:g} s (see {log}): raise --budget")
+    steps, ckpt = ckpts[-1]
+    records = race_peers.reports(log)
+    tokens = next((k for _, s, k in records if s == steps), None)
+    if tokens is None:
+        raise RaceError(f"no progress report at step {steps} in {log}")
+    result = rates(records, budget, steps, tokens)
+    result["state"] = f"{ckpt.name}: the last checkpoint written before the budget ran out"
+    # dev perplexity per piece from the translator's gold score (log p per sentence, </s> included)
+    dev_log = run_dir / "dev_gold.log"
+    run(race_peers.translate_cmd(peer, bin_dir, ckpt, data / "dev.sp.en", run_dir / "dev.hyp.sp", beam=1,
+                                 tgt=data / "dev.sp.es"), dev_log, env)
+    result["dev_ppl"] = round(math.exp(-race_peers.gold_logprob(dev_log) / target_pieces(data / "dev.sp.es")), 2)
+    refs = (data / "test.es").read_text(encoding="utf-8").splitlines()
+    hyp_sp = run_dir / "test.hyp.sp"
+    took = run(race_peers.translate_cmd(peer, bin_dir, ckpt, data / "test.sp.en", hyp_sp), run_dir / "translate.log", env)
+    result.update(scored_pieces(hyp_sp, data, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
+    if model == "transformer" and ct2_types:
+        result["ct2"] = race_ct2(peer, bin_dir, ckpt, data, run_dir, threads, ct2_types, refs)
+    return result
+
+
+def race_ct2(peer: str, bin_dir: Path, ckpt: Path, data: Path, run_dir: Path, threads: int, types: list[str],
+             refs: list[str]) -> dict:
+    """CTranslate2 on the peer's checkpoint: converted once, then one timed process per compute type."""
+    python = str(bin_dir / "python")
+    env = peer_env(peer, threads)
+    ct2_dir = run_dir / "ct2"
+    run([python, str(CT2_SCRIPT), "convert", "--peer", peer, str(ckpt), str(ct2_dir)], run_dir / "ct2_convert.log", env)
+    out = {}
+    for kind in types:
+        hyp_sp = run_dir / f"test.ct2-{kind}.hyp.sp"
+        log = run_dir / f"ct2-{kind}.log"
+        took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
+                    "--compute-type", kind, "--threads", str(threads)], log, env)
+        info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
+        out[kind] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
+                     **scored_pieces(hyp_sp, data, refs), **info}
+        print(f"  ctranslate2 {kind}: {took:.1f} s ({info['compute_type']}, intra_threads "
+              f"{info['intra_threads']}, ISA {info['isa']}, {info['cpu_s']} CPU s)", flush=True)
+    return out
+
+
+# -- attnmt -------------------------------------------------------------------------------------
+def attnmt_env(threads: int) -> dict:
+    """This checkout's attnmt on ``threads`` threads."""
+    path = os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": path}
 
 
 def attnmt_translate(run_dir: Path, data: Path, hyp: Path, *flags: str) -> list[str]:
@@ -224,98 +315,14 @@ def attnmt_translate(run_dir: Path, data: Path, hyp: Path, *flags: str) -> list[
             str(data / "test.en"), "--output", str(hyp), "--beam", "5", "--batch-size", "64", *flags]
 
 
-def decode_pieces(path: Path, spm_model: Path) -> list[str]:
-    """OpenNMT-py's output pieces, one line each, as text (the sentencepiece model's decoding)."""
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
-    return [sp.decode(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-_ONMT_REPORT = re.compile(
-    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) INFO\] Step (\d+)/.*?bsz:\s*(\d+)/\s*(\d+)/\s*(\d+);"
-)
-
-
-def opennmt_reports(log: Path) -> list[tuple[float, int, int]]:
-    records, tokens, prev_step = [], 0, 0
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-        m = _ONMT_REPORT.match(line)
-        if not m:
-            continue
-        stamp = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
-        step, tgt_per_batch = int(m.group(3)), int(m.group(5))
-        tokens += tgt_per_batch * (step - prev_step)
-        prev_step = step
-        records.append((stamp, step, tokens))
-    return records
-
-
-def race_opennmt(bin_dir: Path, data: Path, run_dir: Path, size: int, budget: float, threads: int) -> dict:
-    import yaml
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = opennmt_env(threads)
-    cfg = dict(OPENNMT_CONFIG, hidden_size=size, save_data=str(run_dir / "vocab"),
-               src_vocab=str(run_dir / "vocab" / "vocab.en"), tgt_vocab=str(run_dir / "vocab" / "vocab.es"),
-               save_model=str(run_dir / "model"),
-               data={"corpus_1": {"path_src": str(data / "train.sp.en"), "path_tgt": str(data / "train.sp.es"),
-                                  "transforms": ["filtertoolong"]},
-                     "valid": {"path_src": str(data / "dev.sp.en"), "path_tgt": str(data / "dev.sp.es")}})
-    config = run_dir / "config.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    for old in run_dir.glob("model_step_*.pt"):
-        old.unlink()
-    run([str(bin_dir / "onmt_build_vocab"), "-config", str(config), "-n_sample", "-1"],
-        run_dir / "build_vocab.log", env)
-    log = run_dir / "train.log"
-    with open(log, "w", encoding="utf-8") as out:
-        subprocess.run(["timeout", str(budget), str(bin_dir / "onmt_train"), "-config", str(config)],
-                       stdout=out, stderr=subprocess.STDOUT, env=env)
-    ckpts = sorted(run_dir.glob("model_step_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
-    if not ckpts:
-        raise RaceError(f"OpenNMT-py saved no checkpoint within {budget:g} s (see {log}): raise --budget")
-    ckpt = ckpts[-1]
-    steps = int(ckpt.stem.rsplit("_", 1)[1])
-    records = opennmt_reports(log)
-    tokens = next((k for _, s, k in records if s == steps), None)
-    if tokens is None:
-        raise RaceError(f"no progress report at step {steps} in {log}")
-    result = rates(records, budget, steps, tokens)
-    result["state"] = f"{ckpt.name}: the last checkpoint written before the budget ran out"
-    # dev perplexity per piece from the translator's gold score (log p per sentence, </s> included)
-    dev_log = run_dir / "dev_gold.log"
-    run([str(bin_dir / "onmt_translate"), "-model", str(ckpt), "-src", str(data / "dev.sp.en"),
-         "-tgt", str(data / "dev.sp.es"), "-output", str(run_dir / "dev.hyp.sp"), "-beam_size", "1",
-         "-batch_size", "64", "-gpu", "-1"], dev_log, env)
-    m = re.search(r"GOLD SCORE: (-?[\d.]+), GOLD PPL: [\d.inf]+ NB SENTENCES: (\d+)", dev_log.read_text())
-    if not m:
-        raise RaceError(f"no GOLD SCORE in {dev_log}")
-    logprob = float(m.group(1)) * int(m.group(2))
-    dev_tokens = target_pieces(data / "dev.sp.es")
-    result["dev_ppl"] = round(float(__import__("math").exp(-logprob / dev_tokens)), 2)
-    hyp_sp = run_dir / "test.hyp.sp"
-    took = run(opennmt_translate(bin_dir, ckpt, data, hyp_sp), run_dir / "translate.log", env)
-    hyps = decode_pieces(hyp_sp, data / "spm.es.model")
-    (run_dir / "test.hyp.es").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    refs = (data / "test.es").read_text(encoding="utf-8").splitlines()
-    result.update(score(hyps, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
-    return result
-
-
-# -- attnmt -------------------------------------------------------------------------------------
-def race_attnmt(data: Path, run_dir: Path, size: int, budget: float, threads: int, extra: list[str]) -> dict:
+def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: int, sets: list[str]) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     env = attnmt_env(threads)
     attnmt = [sys.executable, "-m", "attnmt"]  # this checkout's attnmt
-    sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
-            f"data.tgt_spm={data / 'spm.es.model'}", f"model.hidden={size}", f"train.threads={threads}",
-            f"train.log_every={REPORT_EVERY}", f"train.max_time={budget - STOP_MARGIN:g}"] + extra
     log = run_dir.parent / f"{run_dir.name}.train.log"
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ["timeout", "-s", "TERM", str(budget)] + attnmt + ["train", str(ROOT / "configs" / "race-lstm.yaml"),
-                                                             "--out", str(run_dir)]
+    cmd = ["timeout", "-s", "TERM", str(budget)] + attnmt + ["train", str(CONFIGS[model]), "--out", str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
     with open(log, "w", encoding="utf-8") as out:
@@ -346,23 +353,48 @@ def race_attnmt(data: Path, run_dir: Path, size: int, budget: float, threads: in
     refs = (data / "test.es").read_text(encoding="utf-8").splitlines()
     hyps = hyp.read_text(encoding="utf-8").splitlines()
     result.update(score(hyps, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
-    hyp8 = run_dir / "test.int8.hyp.es"
-    took = run(attnmt_translate(run_dir, data, hyp8, "--int8"), run_dir / "translate.int8.log", env)
-    result.update(translate_int8_s=round(took, 1),
-                  bleu_int8=score(hyp8.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
+    if model == "lstm":  # --int8 exists for the LSTM decoder's output layer only (so far)
+        hyp8 = run_dir / "test.int8.hyp.es"
+        took = run(attnmt_translate(run_dir, data, hyp8, "--int8"), run_dir / "translate.int8.log", env)
+        result.update(translate_int8_s=round(took, 1),
+                      bleu_int8=score(hyp8.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
     return result
+
+
+def ratios(row: dict, peer: str) -> dict:
+    """attnmt against the peer (and CTranslate2's fastest compute type): > 1 means attnmt is faster."""
+    a, o = row["attnmt"], row[peer]
+    out = {"tgt_tok_s": round(a["tgt_tok_s"] / o["tgt_tok_s"], 3),
+           "translate_speed": round(o["translate_s"] / a["translate_s"], 3),
+           "bleu_diff": round(a["bleu"] - o["bleu"], 2)}
+    if "translate_int8_s" in a:
+        out["translate_speed_int8"] = round(o["translate_s"] / a["translate_int8_s"], 3)
+    if o.get("ct2"):
+        best = min(o["ct2"], key=lambda k: o["ct2"][k]["translate_s"])
+        out["ct2_best"] = best
+        out["translate_speed_vs_ct2"] = round(o["ct2"][best]["translate_s"] / a["translate_s"], 3)
+    return out
 
 
 # -- main ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=["lstm", "transformer"], default="lstm")
+    ap.add_argument("--peer", choices=list(PEERS), default="opennmt")
+    ap.add_argument("--recipe", choices=["attnmt", "peer"], default="attnmt",
+                    help="attnmt: the peer trains with attnmt's recipe (default); peer: OpenNMT-py's reference LSTM recipe")
     ap.add_argument("--budget", type=float, default=900, help="seconds of wall clock per training")
-    ap.add_argument("--sizes", default="256,512", help="comma-separated LSTM hidden sizes")
+    ap.add_argument("--sizes", default="256,512", help="comma-separated hidden sizes (LSTM hidden, Transformer d)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default="runs/peer_race", help="working folder (data, venv, runs)")
+    ap.add_argument("--out", default="runs/peer_race", help="working folder (data, venvs, runs)")
     ap.add_argument("--data", default="data/bible", help="folder with {train,dev,test}.{en,es}")
-    ap.add_argument("--venv", help="OpenNMT-py's virtual environment (default OUT/onmt-venv)")
-    ap.add_argument("--only", choices=["attnmt", "opennmt"], help="run one side only")
+    ap.add_argument("--venv", help="the peer's virtual environment (default OUT/onmt-venv or OUT/eole-venv)")
+    ap.add_argument("--only", choices=["attnmt", "peer", *PEERS], help="run one side only")
+    ap.add_argument("--ct2", default="float32,int8", help="CTranslate2 compute types (Transformer; '' = none)")
+    ap.add_argument("--max-train-lines", type=int, default=0, help="smoke tests: first N training pairs only")
+    ap.add_argument("--max-eval-lines", type=int, default=0, help="smoke tests: first N dev and test pairs only")
+    ap.add_argument("--report-every", type=int, default=REPORT_EVERY,
+                    help="updates between progress reports and peer checkpoints (smoke tests: fewer)")
     ap.add_argument("--set", action="append", default=[], help="extra attnmt --set overrides")
     args = ap.parse_args(argv)
     try:
@@ -375,42 +407,53 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget < 60:
         print("peer_race: error: --budget below 60 s leaves no room for a checkpoint", file=sys.stderr)
         return 2
-    out = Path(args.out)
+    if args.only in PEERS and args.only != args.peer:
+        print(f"peer_race: error: --only {args.only} with --peer {args.peer}", file=sys.stderr)
+        return 2
+    if args.recipe == "peer" and args.model != "lstm":
+        print("peer_race: error: --recipe peer exists for the LSTM (OpenNMT-py's reference recipe)", file=sys.stderr)
+        return 2
+    out, peer = Path(args.out), args.peer
+    run_peer, run_ours = args.only in (None, "peer", peer), args.only in (None, "attnmt")
+    ct2_types = [t for t in args.ct2.split(",") if t.strip()]
+    cut = f"-{args.max_train_lines}-{args.max_eval_lines}" if args.max_train_lines or args.max_eval_lines else ""
     try:
-        data = prepare_data(Path(args.data), out / "data")
-        bin_dir = None if args.only == "attnmt" else install_opennmt(Path(args.venv or out / "onmt-venv"))
+        data = prepare_data(Path(args.data), out / f"data{cut}", args.max_train_lines, args.max_eval_lines)
+        default_venv = out / ("onmt-venv" if peer == "opennmt" else "eole-venv")
+        bin_dir = race_peers.install(peer, Path(args.venv or default_venv)) if run_peer else None
         rows = []
         for size in sizes:
             row: dict = {"size": size}
-            if args.only != "opennmt":
-                row["attnmt"] = race_attnmt(data, out / str(size) / "attnmt", size, args.budget,
-                                            args.threads, args.set)
+            folder = out / (str(size) if args.model == "lstm" else f"transformer-{size}")
+            sets = attnmt_sets(args.model, data, size, args.threads, args.budget, args.set, args.report_every)
+            cfg = attnmt_config(args.model, sets)
+            if run_ours:
+                row["attnmt"] = race_attnmt(args.model, data, folder / "attnmt", args.budget, args.threads, sets)
                 print(f"size {size} attnmt:  {json.dumps(row['attnmt'])}", flush=True)
             if bin_dir is not None:
-                row["opennmt"] = race_opennmt(bin_dir, data, out / str(size) / "opennmt", size,
-                                              args.budget, args.threads)
-                print(f"size {size} opennmt: {json.dumps(row['opennmt'])}", flush=True)
-            flops = train_flops_per_target_piece(data, size)
-            for side in ("attnmt", "opennmt"):
-                if side in row:
-                    row[side]["gflop_s"] = round(row[side]["tgt_tok_s"] * flops / 1e9, 1)
-            if "attnmt" in row and "opennmt" in row:
-                a, o = row["attnmt"], row["opennmt"]
-                row["ratio"] = {
-                    "tgt_tok_s": round(a["tgt_tok_s"] / o["tgt_tok_s"], 3),
-                    "translate_speed": round(o["translate_s"] / a["translate_s"], 3),
-                    "translate_speed_int8": round(o["translate_s"] / a["translate_int8_s"], 3),
-                    "bleu_diff": round(a["bleu"] - o["bleu"], 2),
-                }
-                print(f"size {size}: attnmt/OpenNMT-py tokens/s {row['ratio']['tgt_tok_s']}x, "
-                      f"translation {row['ratio']['translate_speed']}x faster "
-                      f"({row['ratio']['translate_speed_int8']}x with --int8), "
+                row[peer] = race_peer(peer, args.model, bin_dir, data, folder / peer, args.budget, args.threads,
+                                      cfg, args.recipe, ct2_types, args.report_every)
+                print(f"size {size} {peer}: {json.dumps(row[peer])}", flush=True)
+            if args.model == "lstm":
+                flops = train_flops_per_target_piece(data, size)
+                for side in ("attnmt", peer):
+                    if side in row:
+                        row[side]["gflop_s"] = round(row[side]["tgt_tok_s"] * flops / 1e9, 1)
+            if "attnmt" in row and peer in row:
+                row["ratio"] = r = ratios(row, peer)
+                a, o = row["attnmt"], row[peer]
+                extra = f" ({r['translate_speed_int8']}x with --int8)" if "translate_speed_int8" in r else ""
+                ct2 = (f", {r['translate_speed_vs_ct2']}x CTranslate2 {r['ct2_best']}"
+                       if "translate_speed_vs_ct2" in r else "")
+                print(f"size {size}: attnmt/{TITLE[peer]} tokens/s {r['tgt_tok_s']}x, "
+                      f"translation {r['translate_speed']}x faster{extra}{ct2}, "
                       f"BLEU {a['bleu']} vs {o['bleu']}", flush=True)
             rows.append(row)
     except RaceError as err:
         print(f"peer_race: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps({"budget": args.budget, "threads": args.threads, "rows": rows}))
+    print(json.dumps({"model": args.model, "peer": peer, "recipe": args.recipe, "budget": args.budget,
+                      "threads": args.threads, "rows": rows}))
     return 0
 
 

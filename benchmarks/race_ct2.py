@@ -1,0 +1,113 @@
+"""CTranslate2 4.x for ``benchmarks/peer_race.py``: run with the peer's venv Python (it imports
+ctranslate2 and, to convert, the peer's own package; nothing of attnmt).
+
+    python race_ct2.py convert --peer opennmt|eole CKPT OUT_DIR
+    python race_ct2.py translate MODEL_DIR SRC_PIECES HYP_PIECES --compute-type int8 --threads 2
+        [--beam 5] [--batch 64] [--max-length 250]
+
+``convert``: OpenNMT-py Transformer checkpoints through ``converters.opennmt_py.OpenNMTPyConverter``
+(its ``torch.load`` is given ``weights_only=False`` for this trusted checkpoint: torch >= 2.6
+refuses OpenNMT-py's pickled options otherwise), eole checkpoints (a ``step_N`` folder) through
+``converters.eole_ct2.EoleConverter``; the weights are stored in float32, and the compute type is
+chosen when the model is loaded. ``translate``: the whole test set in one ``translate_batch``
+call (beam 5, batches of 64 examples, as the race's other translators) — the race times this
+command from outside, start-up and model loading included. The last line printed is JSON: the
+compute type the Translator chose, its threads, the process's CPU seconds (and per thread:
+``busy_threads`` counts the threads with at least a quarter of the busiest one's) and the ISA
+CTranslate2 runs its own kernels on (``CT2_FORCE_CPU_ISA`` if set, its choice otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+
+def convert(peer: str, ckpt: str, out: str) -> None:
+    if peer == "opennmt":
+        import torch
+
+        from ctranslate2.converters.opennmt_py import OpenNMTPyConverter
+
+        load = torch.load
+        torch.load = lambda *a, **k: load(*a, **{**k, "weights_only": False})  # trusted: the race's own
+        try:
+            OpenNMTPyConverter(ckpt).convert(out, force=True)
+        finally:
+            torch.load = load
+    else:
+        from ctranslate2.converters.eole_ct2 import EoleConverter
+
+        EoleConverter(ckpt).convert(out, force=True)
+
+
+def thread_cpu_seconds() -> list[float]:
+    """CPU seconds of each thread of this process (Linux /proc; [] elsewhere), largest first: how
+    many threads did the work, whatever else the machine runs."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out.append((int(fields[11]) + int(fields[12])) / tick)  # utime + stime
+    except OSError:
+        return []
+    return sorted(out, reverse=True)
+
+
+def translate(model: str, src: str, hyp: str, compute_type: str, threads: int, beam: int, batch: int,
+              max_length: int) -> dict:
+    import ctranslate2
+
+    start = time.perf_counter()
+    translator = ctranslate2.Translator(model, device="cpu", compute_type=compute_type,
+                                        intra_threads=threads, inter_threads=1)
+    with open(src, encoding="utf-8") as f:
+        pieces = [line.split() for line in f]
+    results = translator.translate_batch(pieces, beam_size=beam, max_batch_size=batch, batch_type="examples",
+                                         max_decoding_length=max_length)
+    with open(hyp, "w", encoding="utf-8") as f:
+        for r in results:
+            f.write(" ".join(r.hypotheses[0]) + "\n")
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    per_thread = thread_cpu_seconds()
+    busy = [t for t in per_thread if per_thread and t >= 0.25 * per_thread[0]]
+    return {"compute_type": translator.compute_type, "intra_threads": threads,
+            "isa": os.environ.get("CT2_FORCE_CPU_ISA", "auto"), "ctranslate2": ctranslate2.__version__,
+            "in_process_s": round(time.perf_counter() - start, 2), "cpu_s": round(use.ru_utime + use.ru_stime, 2),
+            "busy_threads": len(busy), "thread_cpu_s": [round(t, 2) for t in per_thread[:4]],
+            "output_pieces": sum(len(r.hypotheses[0]) + 1 for r in results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("convert")
+    c.add_argument("--peer", choices=["opennmt", "eole"], required=True)
+    c.add_argument("ckpt")
+    c.add_argument("out")
+    t = sub.add_parser("translate")
+    t.add_argument("model")
+    t.add_argument("src")
+    t.add_argument("hyp")
+    t.add_argument("--compute-type", default="int8")
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--beam", type=int, default=5)
+    t.add_argument("--batch", type=int, default=64)
+    t.add_argument("--max-length", type=int, default=250)
+    args = ap.parse_args(argv)
+    if args.command == "convert":
+        convert(args.peer, args.ckpt, args.out)
+        return 0
+    print(json.dumps(translate(args.model, args.src, args.hyp, args.compute_type, args.threads, args.beam,
+                               args.batch, args.max_length)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The race's peer side (benchmarks/race_peers.py): the peer's schedule is attnmt's, its config says
+what attnmt's says, its logs and checkpoints are read right. No peer is installed or run."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnmt.config import load_config
+from attnmt.train.training import learning_rate
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import race_peers  # noqa: E402
+
+
+def noam(lr: float, step: int, warmup: int, d: int) -> float:
+    """OpenNMT-py's and eole's noam_decay times their learning_rate."""
+    return lr * d**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("name,d", [("race-lstm.yaml", 512), ("race-transformer.yaml", 256)])
+def test_noam_learning_rate_follows_attnmt_step_by_step(name, d):
+    cfg = load_config(ROOT / "configs" / name, [f"model.hidden={d}"])
+    lr = race_peers.noam_lr(cfg.train.lr, d, cfg.train.warmup)
+    for step in (1, 7, cfg.train.warmup - 1, cfg.train.warmup, cfg.train.warmup + 1, 5000):
+        assert noam(lr, step, cfg.train.warmup, d) == pytest.approx(learning_rate(cfg, 0, step), rel=1e-9)
+
+
+def _config(peer, model, tmp_path, sets=()):
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    for lang, lines in (("en", ["a b", "a " * 120]), ("es", ["c d e", "c"])):
+        (data / f"train.sp.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    name = "race-lstm.yaml" if model == "lstm" else "race-transformer.yaml"
+    cfg = load_config(ROOT / "configs" / name, ["model.hidden=256", *sets])
+    return race_peers.peer_config(peer, model, cfg, data, tmp_path / "run"), data
+
+
+def test_opennmt_transformer_config_is_attnmts(tmp_path):
+    c, _ = _config("opennmt", "transformer", tmp_path, ["model.heads=4", "model.ff=1024"])
+    assert (c["encoder_type"], c["enc_layers"], c["hidden_size"], c["heads"], c["transformer_ff"]) == (
+        "transformer", 3, 256, 4, 1024)
+    assert c["share_decoder_embeddings"] and c["add_qkvbias"] and c["position_encoding"]
+    assert c["decay_method"] == "noam" and c["warmup_steps"] == 200
+    assert c["learning_rate"] == pytest.approx(0.002 * math.sqrt(256 * 200), rel=1e-5)
+    assert (c["adam_beta2"], c["label_smoothing"], c["max_grad_norm"]) == (0.98, 0.1, 0.0)
+    assert (c["batch_type"], c["batch_size"], c["src_seq_length"]) == ("tokens", 2000, 100)
+
+
+def test_eole_config_nests_the_same_recipe_and_filters_long_pairs(tmp_path):
+    c, data = _config("eole", "transformer", tmp_path)
+    assert c["model"]["architecture"] == "transformer" and c["model"]["generator_bias"] is False
+    t = c["training"]
+    assert (t["decay_method"], t["adam_beta2"], t["adam_eps"], t["label_smoothing"]) == ("noam", 0.98, 1e-9, 0.1)
+    src = Path(c["data"]["corpus_1"]["path_src"]).read_text(encoding="utf-8").splitlines()
+    assert src == ["a b"]  # the 120-piece source is dropped, as OpenNMT-py's filtertoolong does
+    lstm, _ = _config("eole", "lstm", tmp_path)
+    assert lstm["model"]["decoder"]["global_attention"] == "general" and lstm["model"]["input_feed"] == 1
+    assert lstm["training"]["param_init_method"] == "uniform" and lstm["training"]["max_grad_norm"] == 5.0
+
+
+def test_peer_recipe_is_opennmts_reference_and_post_norm_is_refused(tmp_path):
+    cfg = load_config(ROOT / "configs" / "race-lstm.yaml")
+    c = race_peers.peer_config("opennmt", "lstm", cfg, tmp_path, tmp_path / "run", recipe="peer")
+    assert (c["learning_rate"], c["max_grad_norm"]) == (0.001, 5) and "decay_method" not in c
+    with pytest.raises(race_peers.RaceError, match="norm"):
+        _config("opennmt", "transformer", tmp_path, ["model.norm=post"])
+
+
+def test_reports_read_both_peers_logs(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[2026-12-03 18:32:00,100 INFO] Step 25/100000; acc: 1.0; ppl: 900; xent: 6.8; lr: 0.0003; "
+        "sents: 1600; bsz: 1500/1700/64; 2000/2200 tok/s; 30 sec;\n"
+        "[2026-12-03 18:32:36,331 INFO] Step  50/    4; acc: 0.0; ppl: 1393.89; xent: 7.24; aux: 0.000; "
+        "lr: 2.00e-05; sents:      58; bsz:  982/1020/29;  32/ 33 tok/s;     62 sec;\n"
+        "[2026-12-03 18:32:37,000 INFO] Saving checkpoint\n", encoding="utf-8")
+    (t0, s0, k0), (t1, s1, k1) = race_peers.reports(log)
+    assert (s0, k0, s1, k1) == (25, 25 * 1700, 50, 25 * 1700 + 25 * 1020)
+    assert t1 - t0 == pytest.approx(36.231)
+
+
+def test_checkpoints_skip_half_written_eole_folders(tmp_path):
+    for step, files in ((25, ("config.json", "vocab.json", "model.00.safetensors")), (50, ("config.json",))):
+        folder = tmp_path / "model" / f"step_{step}"
+        folder.mkdir(parents=True)
+        for f in files:
+            (folder / f).write_text("x")
+    assert [s for s, _ in race_peers.checkpoints("eole", tmp_path)] == [25]
+    (tmp_path / "model_step_100.pt").write_text("x")
+    (tmp_path / "model_step_75.pt").write_text("x")
+    assert [s for s, _ in race_peers.checkpoints("opennmt", tmp_path)] == [75, 100]
+
+
+def test_gold_score_is_read_or_refused(tmp_path):
+    log = tmp_path / "gold.log"
+    log.write_text("[x INFO] GOLD SCORE: -40.5000, GOLD PPL: 12.30 NB SENTENCES: 10\n", encoding="utf-8")
+    assert race_peers.gold_logprob(log) == pytest.approx(-405.0)
+    log.write_text("nothing\n", encoding="utf-8")
+    with pytest.raises(race_peers.RaceError, match="GOLD"):
+        race_peers.gold_logprob(log)
