@@ -242,7 +242,7 @@ def scored_pieces(hyp_sp: Path, data: Path, refs: list[str]) -> dict:
 
 
 def race_peer(peer: str, model: str, bin_dir: Path, data: Path, run_dir: Path, budget: float, threads: int,
-              cfg, recipe: str, ct2_types: list[str], report_every: int = REPORT_EVERY) -> dict:
+              cfg, recipe: str, ct2_types: list[str], report_every: int = REPORT_EVERY, bucket_size: int = 0) -> dict:
     import yaml
 
     if run_dir.exists():
@@ -250,7 +250,8 @@ def race_peer(peer: str, model: str, bin_dir: Path, data: Path, run_dir: Path, b
     run_dir.mkdir(parents=True)
     env = peer_env(peer, threads)
     config = run_dir / "config.yaml"
-    config.write_text(yaml.safe_dump(race_peers.peer_config(peer, model, cfg, data, run_dir, recipe, report_every),
+    config.write_text(yaml.safe_dump(race_peers.peer_config(peer, model, cfg, data, run_dir, recipe, report_every,
+                                                            bucket_size),
                                      sort_keys=False), encoding="utf-8")
     run(race_peers.build_vocab(peer, bin_dir, config), run_dir / "build_vocab.log", env)
     log = run_dir / "train.log"
@@ -432,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"size {size} attnmt:  {json.dumps(row['attnmt'])}", flush=True)
             if bin_dir is not None:
                 row[peer] = race_peer(peer, args.model, bin_dir, data, folder / peer, args.budget, args.threads,
-                                      cfg, args.recipe, ct2_types, args.report_every)
+                                      cfg, args.recipe, ct2_types, args.report_every,
+                                      2048 if args.max_train_lines else 0)
                 print(f"size {size} {peer}: {json.dumps(row[peer])}", flush=True)
             if args.model == "lstm":
                 flops = train_flops_per_target_piece(data, size)

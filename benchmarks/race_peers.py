@@ -135,14 +135,18 @@ def _model_keys(cfg, model: str) -> dict:
 
 
 def peer_config(peer: str, model: str, cfg, data: Path, run_dir: Path, recipe: str = "attnmt",
-                save_every: int = 25) -> dict:
-    """The peer's training configuration from attnmt's ``cfg`` (a loaded attnmt Config)."""
+                save_every: int = 25, bucket_size: int = 0) -> dict:
+    """The peer's training configuration from attnmt's ``cfg`` (a loaded attnmt Config).
+    ``bucket_size`` (0: the peer's default, 262,144 examples, which it fills by reading the corpus
+    over and over): smoke tests on a cut corpus set it small, or filling it takes minutes."""
     keys = _model_keys(cfg, model)
     rec = _recipe(cfg, keys["hidden_size"]) if recipe == "attnmt" else _default_recipe()
     max_len = cfg.data.max_len
     common = {"src_vocab": str(run_dir / "vocab" / "vocab.en"), "tgt_vocab": str(run_dir / "vocab" / "vocab.es"),
               "save_data": str(run_dir / "vocab"), "src_vocab_size": 32768, "tgt_vocab_size": 32768,
               "share_vocab": False, "overwrite": True, "seed": 1234, "report_every": save_every}
+    if bucket_size:
+        common["bucket_size"] = bucket_size
     if peer == "opennmt":
         return {**common, **keys, **rec, "src_seq_length": max_len, "tgt_seq_length": max_len,
                 "model_type": "text", "valid_batch_size": 64, "train_steps": 1000000, "valid_steps": 1000000,
@@ -153,6 +157,8 @@ def peer_config(peer: str, model: str, cfg, data: Path, run_dir: Path, recipe: s
                          "valid": {"path_src": str(data / "dev.sp.en"), "path_tgt": str(data / "dev.sp.es")}}}
     src, tgt = filtered_pieces(data, max_len)
     training = {k: rec[k] for k in rec}
+    if bucket_size:
+        training["bucket_size"] = common.pop("bucket_size")
     training.update(model_path=str(run_dir / "model"), train_steps=1000000, valid_steps=1000000,
                     save_checkpoint_steps=save_every, keep_checkpoint=2, valid_batch_size=64, num_workers=0,
                     gpu_ranks=[], compute_dtype="fp32", dropout=keys["dropout"], adam_eps=1e-9,
