@@ -67,7 +67,8 @@ def main() -> None:
     from attnmt.config import load_config
     from attnmt.data.batching import filter_by_length, iterate_batches, make_batches
     from attnmt.decode.search import beam_search
-    from attnmt.models import build_model, packed
+    from attnmt.kernels import packed
+    from attnmt.models import build_model
     from attnmt.models.common import token_loss
     from attnmt.models.transformer import Transformer
 
