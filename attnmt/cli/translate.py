@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     if args.int8:
         use_int8_output_layer(translator.runs)
     set_search_precision(translator.runs, bf16=args.bf16, float32=args.float32)
+    from attnmt.kernels.dispatch import search_notes
+
+    for note in search_notes(translator.runs):  # a part on the reference path, and why
+        print(f"attnmt: {note}", file=sys.stderr)
     lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
     warning = truncation_warning(translator.runs, lines)
     if warning:

@@ -89,21 +89,36 @@ ON = "device"  # a reason that starts so is the device's, not the definition's
 ROLES = {"attention": ("attention steps", "attention search")}
 
 
-def paths(model: nn.Module, device: str = "cpu") -> dict[str, str]:
+# the parts a search runs (translate, serve)
+SEARCH = ("search step", "attention search", "linear maps")
+
+
+def paths(model: nn.Module, device: str = "cpu", parts: tuple[str, ...] | None = None) -> dict[str, str]:
     """{"[role ]Class: part": kernel name, or "reference (why)"} for every part of ``model``
-    that a kernel declares, and for every module in a role of ``ROLES`` (the decoder's
-    attention), whatever its class. Modules of one class in no role share one entry."""
+    (of ``parts``, if given) that a kernel declares, and for every module in a role of ``ROLES``
+    (the decoder's attention), whatever its class. Modules of one class in no role share one
+    entry."""
     out: dict[str, str] = {}
     every = kernels()
     for name, module in model.named_modules():
         role = name.rpartition(".")[2] if name.rpartition(".")[2] in ROLES else ""
         claimed = {k.part for k in every if is_definition(module, k.implements)}
         for part in sorted(claimed | set(ROLES.get(role, ()))):
+            if parts is not None and part not in parts:
+                continue
             label = f"{role + ' ' if role else ''}{type(module).__name__}: {part}"
             if label not in out:
                 kernel, why = choose(part, module, device)
                 out[label] = kernel.name if kernel else f"reference ({why})"
     return out
+
+
+def search_notes(runs: list) -> list[str]:
+    """``fallbacks`` of the search parts of each loaded run's model (``attnmt translate``)."""
+    lines: list[str] = []
+    for run in runs:
+        lines += [x for x in fallbacks(paths(run.model, run.device.type, SEARCH)) if x not in lines]
+    return lines
 
 
 def fallbacks(recorded: dict[str, str]) -> list[str]:

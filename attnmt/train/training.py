@@ -37,6 +37,7 @@ from attnmt.config import Config, load_config, save_config
 from attnmt.data.batching import Batch, iterate_batches, make_batches
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
+from attnmt.kernels import dispatch
 from attnmt.kernels.packed import bf16_products, native_bf16
 from attnmt.models import build_model
 from attnmt.models.common import loss_units, model_loss, token_loss
@@ -477,6 +478,13 @@ class Trainer:
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log({"event": "start", "params": n_params, "device": str(self.device), "world": self.dist.world,
                   "precision": "bf16 products" if self.cpu_bf16 else ("amp" if t.amp and self.device.type == "cuda" else "float32")})
+        # which kernel computes each part of the model (kernels/dispatch.py); a part that falls
+        # back to the reference path for a reason of its own (a new attention) is said once
+        paths = dispatch.paths(self.model, self.device.type)
+        self.log({"event": "paths", "paths": paths})
+        if self.dist.main:
+            for line in dispatch.fallbacks(paths):
+                print(f"attnmt: {line}", file=sys.stderr)
         per_epoch = len(self._epoch_batches()) // max(t.accumulate, 1)
         self.steps_per_epoch = per_epoch
         total_steps = t.max_steps or per_epoch * t.epochs
