@@ -215,7 +215,7 @@ class LocalAttention(nn.Module):
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None,
         need_weights: bool, steps: dict | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``forward`` with autograd; ``steps``: see ``steps``."""
+        """``forward`` with autograd; ``steps``: see kernels/attention_steps.local_steps."""
         B, T, _ = query.shape
         E, S = memory.mask.shape
         tables = self._window_tables(memory)

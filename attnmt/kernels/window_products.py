@@ -4,7 +4,7 @@ A window is 2D+1 rows of a memory table (N, d) given by index rows (M, 2D+1). ``
 (scores x_mᵀ h̄_s) and ``WindowSum`` (contexts Σ a_m(s) h̄_s) are autograd functions that gather
 the window rows in bounded chunks (``CHUNK_ELEMENTS``), and again in backward, instead of keeping an
 (M, 2D+1, d) copy of the windows: training memory stays O(M·(D + d)) on top of the table.
-In a loop of steps (LocalAttention.steps) the table's gradient, and with ``StepLinear`` the
+In a loop of steps (attention_steps.local_steps) the table's gradient, and with ``StepLinear`` the
 query products' weight gradients, are formed once for all steps.
 """
 
@@ -62,7 +62,7 @@ def _table_grad(ctx, weights, x, rows, N):
     """The table's gradient window_scatter(weights, x, rows, N), or with ``ctx.steps`` (a list
     shared by the steps of a loop, and whether this is its first step) the steps' pieces: a
     later step leaves its piece and returns None, the first step (whose backward runs last, see
-    LocalAttention.steps) scatters them all at once, into one (N, d) tensor instead of one
+    attention_steps.local_steps) scatters them all at once, into one (N, d) tensor instead of one
     per step that autograd then adds up."""
     if ctx.steps is None:
         return window_scatter(weights, x, rows, N)
