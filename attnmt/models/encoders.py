@@ -21,7 +21,7 @@ class LSTMEncoder(nn.Module):
 
     On CUDA the LSTM runs as one ``nn.LSTM`` call on the packed batch (cuDNN). On CPU the same
     ``nn.LSTM`` parameters run time-major over the right-padded batch (``_run_steps``), each layer
-    as one input projection for all steps plus models/fused_rnn.lstm_layer, whose hand-written
+    as one input projection for all steps plus kernels/fused_rnn.lstm_layer, whose hand-written
     backward forms W_hh's gradient in one product (the packed CPU kernel's backward slices the
     (tokens, 4H) input projection once per step, writing a full-size zero gradient each time).
     Both paths compute the same function (tests/test_encoder_steps.py); dropout draws different
@@ -111,7 +111,7 @@ class LSTMEncoder(nn.Module):
 
     def _direction(self, x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer, one direction of self.rnn from a zero state over all steps of x (S, B, in):
-        h_t and c_t for every t, each (S, B, H'), by models/fused_rnn.lstm_layer."""
+        h_t and c_t for every t, each (S, B, H'), by kernels/fused_rnn.lstm_layer."""
         w_ih = getattr(self.rnn, f"weight_ih_{name}")
         w_hh = getattr(self.rnn, f"weight_hh_{name}")
         bias = getattr(self.rnn, f"bias_ih_{name}") + getattr(self.rnn, f"bias_hh_{name}")
