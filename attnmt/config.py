@@ -143,6 +143,7 @@ class TrainConfig:
     # ema = decay·ema + (1 − decay)·θ. Validation (and so BEST) uses it; each checkpoint saves it
     # as ema.safetensors beside model.safetensors; translate/eval load it (--raw-weights: not). 0 = off
     ema: float = 0.0
+    ema_warmup: bool = True  # decay min(ema, (1 + n) / (10 + n)) at update n, so early weights fade
     tensorboard: bool = False  # also write RUN/tensorboard/ event files (pip install attnmt[tensorboard])
 
 

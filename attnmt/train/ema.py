@@ -3,7 +3,13 @@ fairseq and Marian keep beside the raw weights.
 
 After every update, for each floating-point parameter θ:
 
-    θ̄ ← d · θ̄ + (1 − d) · θ          (θ̄ starts as the initial θ; d = train.ema)
+    θ̄ ← d_n · θ̄ + (1 − d_n) · θ      (θ̄ starts as the initial θ; n = updates so far)
+    d_n = min(d, (1 + n) / (10 + n))   with train.ema_warmup (the default; d = train.ema)
+    d_n = d                            without
+
+The warm-up (TensorFlow's ExponentialMovingAverage with num_updates) keeps a short run's average
+from leaning on the random initial weights: with d = 0.999 and no warm-up, θ₀ still weighs
+0.999¹⁵⁰⁰ ≈ 22 % after 1,500 updates; with it, d_n reaches d only after ~9,000 updates.
 
 The trainer validates (and so picks BEST) with θ̄ swapped into the model (``applied``), saves it
 as ``ema.safetensors`` beside ``model.safetensors`` in every checkpoint (``weights``: the model's
@@ -26,10 +32,11 @@ from attnmt.errors import UserError
 class EMA:
     """θ̄ of a model's parameters; tied parameters (one tensor under two names) are averaged once."""
 
-    def __init__(self, model: nn.Module, decay: float):
+    def __init__(self, model: nn.Module, decay: float, warmup: bool = False):
         if not 0.0 < decay < 1.0:
             raise UserError(f"train.ema must lie in (0, 1) to average, got {decay}")
         self.decay = decay
+        self.warmup = warmup
         self.model = model
         state = model.state_dict(keep_vars=True)  # Parameters themselves, under their saved names
         self.names: dict[str, int] = {}  # state-dict name -> index into params/shadow
@@ -45,10 +52,16 @@ class EMA:
         self.shadow = [p.detach().clone() for p in self.params]
 
     @torch.no_grad()
-    def update(self) -> None:
-        """One step of the average, after an optimizer step: θ̄ ← θ̄ + (1 − d)(θ − θ̄)."""
+    def update(self, step: int = 0) -> None:
+        """One step of the average after the optimizer's update number ``step`` (1, 2, ...):
+        θ̄ ← θ̄ + (1 − d_n)(θ − θ̄)."""
+        decay = self.decay_at(step)
         for avg, p in zip(self.shadow, self.params):
-            avg.lerp_(p.detach(), 1.0 - self.decay)
+            avg.lerp_(p.detach(), 1.0 - decay)
+
+    def decay_at(self, step: int) -> float:
+        """d_n: the configured decay, or min(d, (1 + n) / (10 + n)) under the warm-up."""
+        return min(self.decay, (1 + step) / (10 + step)) if self.warmup else self.decay
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict with θ̄ in place of its parameters: contiguous CPU copies,

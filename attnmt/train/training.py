@@ -195,7 +195,7 @@ class Trainer:
             loaded = init.load_initial(self.model, optimizer, source, which,
                                        source_cfg.train.optimizer == t.optimizer)
             self.init_note = {"event": "init", "from": loaded, "optimizer": init_optimizer}
-        self.ema = EMA(self.model, t.ema) if t.ema > 0 else None  # θ̄₀: the initial weights
+        self.ema = EMA(self.model, t.ema, t.ema_warmup) if t.ema > 0 else None  # θ̄₀: the initial weights
         self.step, self.epoch, self.batch_in_epoch = 0, 1, 0
         self.elapsed, self.best_ppl = 0.0, float("inf")  # best_ppl: the dev ppl of BEST
         self.tracker = Tracker.fresh(t.valid_metric)  # BEST's train.valid_metric, patience
@@ -257,7 +257,7 @@ class Trainer:
             if path.is_file():
                 self.ema.load(load_weights(path), str(path))
             else:  # train.ema switched on at --resume: the average starts from the weights now
-                self.ema = EMA(self.model, self.cfg.train.ema)
+                self.ema = EMA(self.model, self.cfg.train.ema, self.cfg.train.ema_warmup)
         if torch.cuda.is_available() and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.log({"event": "resume", "checkpoint": ckpt.name, "step": self.step})
@@ -395,7 +395,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         if self.ema is not None:
-            self.ema.update()
+            self.ema.update(self.step + 1)
         self.step += 1
         return total_loss, total_tokens
 
