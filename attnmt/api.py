@@ -4,6 +4,9 @@
     model = attnmt.load("runs/demo")                       # BEST checkpoint; a GPU when present
     best = model.translate(["In the beginning God created the heavens."], beam=5)[0]
     best.text, best.score, best.alignment                   # alignment: (source word, output word)
+    model.translate(["In the beginning God created the heavens."], prefix=["En el principio"],
+                    constraints=[["los cielos"]])               # forced start, phrases that must appear
+    model.translate(lines, sample="topk=10", seed=1)         # a sample per line (back-translation)
     model.score(["En el principio creó Dios los cielos."],
                 sources=["In the beginning God created the heavens."])   # {"ppl": ..., ...}
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnmt.data.labels import encode_inputs
+from attnmt.decode.options import SearchOptions
 from attnmt.decode.translate import Translation, Translator
 from attnmt.errors import UserError
 from attnmt.eval.classify import predict
@@ -30,25 +34,29 @@ class Model:
     def __init__(self, run: Run):
         self.run = run
         self.task = run.cfg.task
+        self._translator = Translator.of(run) if self.task == "translate" else None
 
     def _need(self, *tasks: str) -> None:
         if self.task not in tasks:
             raise UserError(f"a {self.task!r} run cannot do this (needs task {' or '.join(tasks)})", self.run.name)
 
-    def translate(self, lines: list[str], beam: int = 5, length_penalty: float = 1.0,
-                  max_len_ratio: float = 2.0, batch_size: int = 32) -> list[Translation]:
+    def translate(self, lines: list[str], options: SearchOptions | None = None, *,
+                  prefix: list[str] | None = None, constraints: list[list[str]] | None = None,
+                  **changes) -> list[Translation]:
         """The best translation of each line: ``.text``, ``.score`` (log-probability / length^α),
         ``.alignment`` (source word, output word) pairs and ``.attention`` (output × source pieces;
-        empty for models without attention). Blank lines give empty translations."""
+        empty for models without attention). Blank lines give empty translations.
+
+        ``options``: a ``SearchOptions`` (default: beam 5 with attention); keywords such as
+        ``beam=5``, ``sample="topk=10"``, ``seed=1`` replace its fields (attnmt/decode/options.py
+        lists them and their bounds; a bad value is a UserError). ``prefix``: per line, target text
+        the output starts with; ``constraints``: per line, target phrases it must contain."""
         self._need("translate")
-        keep = [i for i, line in enumerate(lines) if line.strip()]
-        results = Translator.of(self.run).translate(
-            [lines[i] for i in keep], beam=beam, batch_size=batch_size, length_penalty=length_penalty,
-            max_len_ratio=max_len_ratio, with_attention=True)
-        out = [Translation("", 0.0, [], []) for _ in lines]
-        for i, hyps in zip(keep, results):
-            out[i] = hyps[0]
-        return out
+        options = options or SearchOptions(with_attention=True)
+        results = self._translator.translate(lines, options, prefixes=prefix, constraints=constraints,
+                                             prefix_source="prefix", constraint_source="constraints",
+                                             **changes)
+        return [hyps[0] if hyps else Translation("", 0.0, [], []) for hyps in results]
 
     def score(self, texts: list[str], sources: list[str] | None = None, batch_tokens: int = 3000,
               per_sentence: bool = False) -> dict | list[dict]:

@@ -241,11 +241,11 @@ def test_timeout_answers_504_and_abandoned_work_is_dropped(tiny_run):
     (served,) = load_models([str(tiny_run)], device="cpu")
     real, seen = served.translator.translate, []
 
-    def slow(lines, **kwargs):
+    def slow(lines, *args, **kwargs):
         seen.append(list(lines))
         if lines == ["the slow one"]:
             time.sleep(1.0)
-        return real(lines, **kwargs)
+        return real(lines, *args, **kwargs)
 
     served.translator.translate = slow
     app = create_app([served], Limits(max_wait_ms=0, request_timeout=0.4))

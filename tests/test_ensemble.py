@@ -10,7 +10,7 @@ from attnmt.cli.main import main
 from attnmt.data.batching import collate
 from attnmt.decode.ensemble import Ensemble, EnsembleTranslator, load_members, load_translator
 from attnmt.decode.search import beam_search, greedy_search
-from attnmt.decode.translate import Translator
+from attnmt.decode.translate import OutputCut, Translator
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import list_checkpoints, load_weights
 from attnmt.runs.loader import load_run
@@ -131,8 +131,11 @@ def test_max_len_cap_limits_single_and_ensemble_outputs(runs, tmp_path):
     assert max(len(h[0].tgt_pieces) for h in free) > 2  # the cap below really binds
     for translator in (single, EnsembleTranslator(load_members([str(runs["dot"])] * 2, device="cpu"))):
         for beam in (1, 3):
-            capped = translator.translate(lines, beam=beam, max_len_ratio=10.0, max_len_cap=2)
+            capped = translator.translate(lines, beam=beam, max_len_ratio=10.0, max_len_cap=2, at_cap="keep")
             assert max(len(h[0].tgt_pieces) for h in capped) <= 2
+            assert any(h[0].cut for h in capped)  # kept, but marked
+            with pytest.raises(OutputCut, match="line .* was cut at the length cap of 2"):
+                translator.translate(lines, beam=beam, max_len_ratio=10.0, max_len_cap=2)
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "out.txt"

@@ -48,7 +48,7 @@ def test_every_reader_keeps_the_first_pieces(location_run):
     assert want[0] == first[::-1]  # the first LIMIT pieces, then reversed as the run reads them
     assert [len(x) for x in want] == [LIMIT, 5, LIMIT]
     assert encode_texts(run, LINES, REFS)[0] == want  # eval and score --model
-    translations = Translator.of(run).translate(LINES, beam=2, max_len_cap=5)
+    translations = Translator.of(run).translate(LINES, beam=2, max_len_cap=5, at_cap="keep")
     assert [t[0].src_pieces for t in translations] == [run.src_tok.split_with_words(x)[0][:LIMIT] for x in LINES]
     rows = force_attention(run, LINES, [run.tgt_tok.encode(x) for x in REFS])  # align
     assert [r.size(1) for r in rows] == [LIMIT, 5, LIMIT]

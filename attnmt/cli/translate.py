@@ -1,5 +1,9 @@
 """attnmt translate --model RUN [--input F] [--output F] [--beam K] [--nbest N] [--alignments F] [--int8] [--bf16 | --float32]
-attnmt translate --engine ctranslate2 --model DIR ...: a directory `attnmt export` wrote, in CTranslate2"""
+[--prefix F] [--constraints F] [--sample topk=K|topp=P --temperature T --seed S]
+attnmt translate --engine ctranslate2 --model DIR ...: a directory `attnmt export` wrote, in CTranslate2
+
+The search settings become one ``decode.options.SearchOptions``, checked there (bounds and
+reasons in attnmt/decode/options.py); the Translator owns blank lines and the length cap."""
 
 from __future__ import annotations
 
@@ -40,6 +44,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "products in bfloat16 (faster; scores move slightly, see docs/results/race.md); "
                    "the default there for LSTM and Transformer models")
     p.add_argument("--float32", action="store_true", help="search in float32 even where --bf16 is the default")
+    p.add_argument("--prefix", metavar="FILE",
+                   help="one target prefix per input line (target text; empty line: none); "
+                   "each output starts with its prefix")
+    p.add_argument("--constraints", metavar="FILE",
+                   help="per input line, target phrases the output must contain, tab-separated "
+                   "(empty line: none); lexically constrained beam search (dynamic beam allocation)")
+    p.add_argument("--sample", metavar="topk=K|topp=P",
+                   help="sample each output instead of searching (back-translation): from the K most "
+                   "likely tokens, or the fewest whose probability reaches P")
+    p.add_argument("--temperature", type=float, help="with --sample: softmax(logits / T) (default 1)")
+    p.add_argument("--seed", type=int, help="with --sample: random seed (same seed, input and "
+                   "--batch-size: same outputs)")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
     p.add_argument("--device", default="auto")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
@@ -56,74 +72,80 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def search_options(args: argparse.Namespace):
+    """The command's search settings as one SearchOptions, validated (errors name the flag)."""
+    from attnmt.decode.options import SearchOptions, cli_flag
+    from attnmt.decode.translate import check_precision_flags
+
+    check_precision_flags(args.bf16, args.float32)
+    for flag in ("temperature", "seed"):
+        if getattr(args, flag) is not None and args.sample is None:  # else silently unused
+            raise UserError(f"--{flag} needs --sample")
+    precision = "bf16" if args.bf16 else "float32" if args.float32 else "auto"
+    return SearchOptions(
+        beam=args.beam, nbest=args.nbest, length_penalty=args.length_penalty,
+        max_len_ratio=args.max_len_ratio, max_len_cap=args.max_len_cap, stop=args.stop,
+        batch_size=args.batch_size, workers=args.workers, with_attention=bool(args.alignments),
+        precision=precision, int8=args.int8, sample=args.sample,
+        temperature=1.0 if args.temperature is None else args.temperature, seed=args.seed,
+    ).validate(cli_flag)
+
+
 def run(args: argparse.Namespace) -> int:
     from attnmt.data.corpus import check_input, check_output, output_group, read_lines, read_stream
     from attnmt.data.corpus import write_lines
     from attnmt.decode.ensemble import load_translator
+    from attnmt.decode.guides import read_constraints, read_prefixes
+    from attnmt.decode.translate import OutputCut
+    from attnmt.runs.checkpoint import EMA_FILE, run_files
     from attnmt.runs.loader import truncation_warning
 
-    if args.beam < 1 or args.nbest < 1 or args.nbest > max(args.beam, 1):
-        raise UserError("--beam and --nbest must be >= 1 and --nbest <= --beam")
+    options = search_options(args)
     if (args.dict or args.unk_timing) and not args.replace_unk:  # else silently unused
         raise UserError(f"{'--dict' if args.dict else '--unk-timing'} needs --replace-unk")
-    if args.max_len_cap < 1 or args.batch_size < 1:
-        raise UserError("--max-len-cap and --batch-size must be at least 1")
-    if args.workers < 0:
-        raise UserError(f"--workers must be 0 (one per torch thread) or more, got {args.workers}")
-    if not (0 < args.max_len_ratio < float("inf") and 0 <= args.length_penalty < float("inf")):
-        raise UserError("--max-len-ratio must be > 0 and --length-penalty >= 0 (finite numbers)")
-    # outputs are checked before the model loads: a typo should cost nothing
-    if args.input:
-        check_input(args.input)
+    # inputs and outputs are checked before the model loads: a typo should cost nothing
+    for path in (args.input, args.prefix, args.constraints):
+        if path:
+            check_input(path)
     if args.engine == "ctranslate2":
         return _ctranslate2(args)
-    from attnmt.runs.checkpoint import EMA_FILE, run_files
-
-    read = [args.input, args.dict, args.ngram, *(f for m in args.model for f in run_files(m))]
+    read = [args.input, args.dict, args.ngram, args.prefix, args.constraints,
+            *(f for m in args.model for f in run_files(m))]
     if args.output:
         check_output(args.output, read, "--output")
     if args.alignments:
         check_output(args.alignments, [*read, args.output], "--alignments")
-    from attnmt.decode.translate import check_precision_flags, set_search_precision, use_int8_output_layer
-
-    check_precision_flags(args.bf16, args.float32)  # before the model loads, as the other checks
     translator = load_translator(args.model, args.checkpoint, args.device, args.ensemble_mode,
                                  args.ngram, args.alpha, raw_weights=args.raw_weights)
     ema = [run.name for run in translator.runs if run.weights == EMA_FILE]
     if ema:
         print(f"attnmt: using the EMA weights ({EMA_FILE}) of {', '.join(ema)}; --raw-weights for "
               "the raw ones", file=sys.stderr)
-    if args.int8:
-        use_int8_output_layer(translator.runs)
-    set_search_precision(translator.runs, bf16=args.bf16, float32=args.float32)
+    translator.prepare(options)  # --int8 / precision errors before the input is read
     from attnmt.kernels.dispatch import search_notes
 
     for note in search_notes(translator.runs):  # a part on the reference path, and why
         print(f"attnmt: {note}", file=sys.stderr)
-    lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
+    name = args.input or "<stdin>"
+    lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, name)
+    prefixes = read_prefixes(args.prefix, len(lines)) if args.prefix else None
+    constraints = read_constraints(args.constraints, len(lines)) if args.constraints else None
     warning = truncation_warning(translator.runs, lines)
     if warning:
         print(f"attnmt: warning: {warning}", file=sys.stderr)
-    results = translator.translate(
-        lines, beam=args.beam, nbest=args.nbest, batch_size=args.batch_size,
-        length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
-        with_attention=bool(args.alignments), max_len_cap=args.max_len_cap, stop=args.stop,
-        workers=args.workers,
-    )
-    cut = next((i for i, hyps in enumerate(results)
-                if hyps and len(hyps[0].tgt_pieces) >= args.max_len_cap), None)
-    if cut is not None:  # an output that stopped at the cap is not a translation
-        raise UserError(f"the translation of line {cut + 1} was cut at --max-len-cap "
-                        f"{args.max_len_cap} pieces; raise --max-len-cap or split the line",
-                        args.input or "<stdin>")
+    try:
+        results = translator.translate(lines, options, prefixes=prefixes, constraints=constraints,
+                                       prefix_source=args.prefix or "--prefix",
+                                       constraint_source=args.constraints or "--constraints")
+    except OutputCut as cut:  # named as the user named it: the input file and the flag
+        raise UserError(f"the translation of line {cut.line} was cut at --max-len-cap {cut.cap} "
+                        "pieces; raise --max-len-cap or split the line", name) from None
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli
 
         results = replace_unks_cli(translator, lines, results, args.dict, args.unk_timing or "predicted")
     out_lines = []
-    for i, hyps in enumerate(results):
-        if not lines[i].strip():
-            hyps = []
+    for i, hyps in enumerate(results):  # a blank line has no hypotheses: an empty output line
         if args.nbest > 1:
             out_lines.extend(f"{i} ||| {h.text} ||| {h.score:.4f}" for h in hyps)
         else:
@@ -135,8 +157,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write("".join(x + "\n" for x in out_lines))
             sys.stdout.flush()
         if args.alignments:
-            write_lines(args.alignments, [hyps[0].pharaoh() if hyps and lines[i].strip() else ""
-                                          for i, hyps in enumerate(results)])
+            write_lines(args.alignments, [hyps[0].pharaoh() if hyps else "" for hyps in results])
     return 0
 
 
@@ -149,7 +170,8 @@ def _ctranslate2(args: argparse.Namespace) -> int:
               "--bf16": args.bf16, "--float32": args.float32, "--replace-unk": args.replace_unk,
               "--ngram": args.ngram, "--alpha": args.alpha is not None, "--stop": args.stop != "best",
               "--workers": args.workers, "--checkpoint": args.checkpoint != "best",
-              "--ensemble-mode": args.ensemble_mode != "logprob", "a second --model": len(args.model) > 1}
+              "--ensemble-mode": args.ensemble_mode != "logprob", "a second --model": len(args.model) > 1,
+              "--prefix": args.prefix, "--constraints": args.constraints, "--sample": args.sample}
     named = [flag for flag, given in unused.items() if given]
     if named:
         raise UserError(f"--engine ctranslate2 does not take {', '.join(named)} (quantize with attnmt export "

@@ -13,11 +13,13 @@ Finished hypotheses are ranked by log p(y|x) / |y|^α (α = length_penalty; 0 di
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from attnmt.data.vocab import BOS, EOS, PAD
+from attnmt.decode.prefix import ForcedPrefix
 from attnmt.models.common import repeat_rows, select_batch
 
 
@@ -29,11 +31,15 @@ class Hypothesis:
     attention: torch.Tensor | None = None  # (len(tokens) + 1, S): a_t for every step, </s> last
 
 
-def _max_lengths(src_lengths: torch.Tensor, ratio: float, extra: int, cap: int) -> list[int]:
-    return [min(cap, math.ceil(ratio * int(n)) + extra) for n in src_lengths.tolist()]
+def max_lengths(src_lengths: torch.Tensor, ratio: float, extra: int, cap: int,
+                floors: list[int] | None = None) -> list[int]:
+    """Per sentence, min(cap, ⌈ratio · |x|⌉ + extra) output steps, raised to ``floors`` (what a
+    forced prefix or constraints need)."""
+    limits = [min(cap, math.ceil(ratio * int(n)) + extra) for n in src_lengths.tolist()]
+    return limits if floors is None else [max(a, b) for a, b in zip(limits, floors)]
 
 
-def _normalise(logprob: float, length: int, alpha: float) -> float:
+def normalise(logprob: float, length: int, alpha: float) -> float:
     return logprob / (length**alpha) if alpha > 0 else logprob
 
 
@@ -53,7 +59,7 @@ def row_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return values, best_blocks.gather(1, j // block) * block + j % block
 
 
-def _block_specials(logp: torch.Tensor) -> torch.Tensor:
+def block_specials(logp: torch.Tensor) -> torch.Tensor:
     logp[:, PAD] = float("-inf")
     logp[:, BOS] = float("-inf")
     return logp
@@ -68,9 +74,15 @@ def greedy_search(
     max_len_extra: int = 10,
     max_len_cap: int = 512,
     need_weights: bool = False,
+    forced: ForcedPrefix | None = None,
+    choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
+    """The most likely token at each step (``choose``: another rule, given the step's (B, V)
+    log-probabilities, e.g. decode.sampling's); ``forced``: target prefixes (decode/prefix.py)."""
     B = src.size(0)
-    limits = _max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap)
+    limits = max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap,
+                         forced.min_lengths() if forced is not None else None)
+    rows = torch.arange(B, device=src.device)
     enc = model.encode(src, src_lengths)
     state = model.init_state(enc)
     prefix = torch.full((B, 1), BOS, dtype=torch.long, device=src.device)
@@ -80,8 +92,14 @@ def greedy_search(
     attn_steps = []
     for t in range(max(limits)):
         logits, state, weights = model.step(prefix, state, enc, need_weights)
-        logp = _block_specials(torch.log_softmax(logits.float(), dim=-1))
-        best_lp, best = logp.max(dim=-1)
+        logp = block_specials(torch.log_softmax(logits.float(), dim=-1))
+        if forced is not None:
+            logp = forced.apply(logp, t, rows)
+        if choose is None:
+            best_lp, best = logp.max(dim=-1)
+        else:
+            best = choose(logp)
+            best_lp = logp.gather(1, best.unsqueeze(1)).squeeze(1)
         at_limit = torch.tensor([t + 1 >= lim for lim in limits], device=src.device)
         best = torch.where(done, torch.full_like(best, PAD), best)
         logprob = logprob + torch.where(done, torch.zeros_like(best_lp), best_lp)
@@ -116,6 +134,7 @@ def beam_search(
     max_len_cap: int = 512,
     need_weights: bool = False,
     stop: str = "complete",
+    forced: ForcedPrefix | None = None,
 ) -> list[list[Hypothesis]]:
     """Returns, per sentence, the ``nbest`` best hypotheses, best first.
 
@@ -127,9 +146,11 @@ def beam_search(
     The step bookkeeping is tensor ops over all live sentences at once; Python only builds the
     finished hypotheses. A sentence that is done leaves the batch (its K rows are dropped from
     the state, the encoder output and the prefixes), so later steps cost only what is still live.
+    ``forced``: target prefixes (decode/prefix.py), kept by every hypothesis of their sentence.
     """
     B, K, device = src.size(0), beam_size, src.device
-    limits = _max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap)
+    limits = max_lengths(src_lengths, max_len_ratio, max_len_extra, max_len_cap,
+                         forced.min_lengths() if forced is not None else None)
     enc = model.encode(src, src_lengths)  # one row per sentence for the first step, then K
     state = model.init_state(enc)
     prefix = torch.full((B * K, 1), BOS, dtype=torch.long, device=device)
@@ -151,7 +172,9 @@ def beam_search(
         else:
             logits, state, weights = model.step(prefix, state, enc, need_weights)
         # one fused log_softmax pass is cheaper on CPU than logsumexp's separate passes
-        logp = _block_specials(torch.log_softmax(logits.float(), dim=-1))  # (n·K, V)
+        logp = block_specials(torch.log_softmax(logits.float(), dim=-1))  # (n·K, V)
+        if forced is not None:  # the sentence of each row: alive[row // K]
+            logp = forced.apply(logp, t, torch.tensor(alive, device=device).repeat_interleave(K))
         # The 2K best of a sentence's K·V extensions are among the 2K best of each of its rows
         # (one score is added to a whole row), so rank each row first and then the K·2K.
         row_k = min(2 * K, logp.size(-1))
@@ -184,7 +207,7 @@ def beam_search(
             ):
                 toks = ended_prefix[e] + ([] if tok == EOS else [tok])
                 attn = history[rows_l[e]].clone() if history is not None else None
-                hyp = Hypothesis(toks, s, _normalise(s, len(toks) + 1, length_penalty), attn)
+                hyp = Hypothesis(toks, s, normalise(s, len(toks) + 1, length_penalty), attn)
                 finished[alive[b]].append(hyp)
             n_finished = n_finished + keep_end.sum(1)
         done = (n_finished >= K) | at_limit.squeeze(1)

@@ -16,7 +16,12 @@ import torch
 from attnmt.config import Config
 from attnmt.data.batching import Batch, collate
 from attnmt.data.vocab import Tokenizer, map_pieces_to_words
+from attnmt.decode.constraints import constrained_beam_search
 from attnmt.decode.force import word_attention
+from attnmt.decode.options import SearchOptions
+from attnmt.decode.guides import Guides, encode_guides
+from attnmt.decode.prefix import ForcedPrefix
+from attnmt.decode.sampling import Sampler, chunk_generator, sample
 from attnmt.decode.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import UserError
 from attnmt.kernels import packed
@@ -34,6 +39,7 @@ class Translation:
     alignment: list[tuple[int, int]] = field(default_factory=list)  # (src word, tgt word)
     src_word_of_piece: list[int] = field(default_factory=list)
     tgt_word_of_piece: list[int] = field(default_factory=list)
+    cut: bool = False  # the output stopped at max_len_cap pieces (SearchOptions.at_cap "keep")
 
     def pharaoh(self) -> str:
         return " ".join(f"{i}-{j}" for i, j in self.alignment)
@@ -131,15 +137,57 @@ def set_search_precision(runs: list[Run], bf16: bool = False, float32: bool = Fa
     if bf16 or (not float32 and bf16_search_applies(runs)):
         use_bf16_products(runs)
         return "bf16"
+    for run in runs:  # back to float32 where an earlier call chose bfloat16
+        try:
+            switches = _bf16_switches(run)
+        except UserError:
+            continue
+        for switch in switches:
+            switch.bf16_search = False
     return "float32"
 
 
+class OutputCut(UserError):
+    """An output stopped at ``max_len_cap`` pieces (``at_cap="error"``); ``line`` is 1-based."""
+
+    def __init__(self, line: int, cap: int):
+        super().__init__(f"the translation of line {line} was cut at the length cap of {cap} "
+                         "pieces (max_len_cap); raise the cap or split the line")
+        self.line, self.cap = line, cap
+
+
+def prepare_search(runs: list[Run], options: SearchOptions, before: SearchOptions | None = None) -> str | None:
+    """The one place where a search's precision and int8 set-up reach the models: ``--int8``
+    (``use_int8_output_layer``), then ``set_search_precision`` for ``options.precision`` (None:
+    the models stay as they are). ``before``: the options applied last, whose int8 is turned off
+    when no longer asked for. Returns "bf16" or "float32", or None when precision is None."""
+    if options.int8:
+        use_int8_output_layer(runs)
+    elif before is not None and before.int8:
+        for run in runs:
+            _search_decoder(run, "--int8").int8_output = False
+    if options.precision is None:
+        return None
+    return set_search_precision(runs, bf16=options.precision == "bf16",
+                                float32=options.precision == "float32")
+
+
 class Translator:
+    """Text in, ``Translation`` lists out, for every search: ``translate(lines, SearchOptions)``.
+
+    The Translator owns what every front door shares: blank lines (``options.blank``), the length
+    cap (``options.at_cap``), the search precision (``prepare``), forced prefixes and constraints
+    (one per line, target text) and which search runs: constrained beam search for lines with
+    constraints (decode/constraints.py), sampling (decode/sampling.py), else greedy or beam search
+    (decode/search.py) with the prefixes as a mask."""
+
     parallel_batches = True  # batches may be searched by several threads at once
 
     def __init__(self, model, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device):
         self.model, self.cfg, self.src_tok, self.tgt_tok, self.device = model, cfg, src_tok, tgt_tok, device
         self.run = Run(model, cfg, src_tok, tgt_tok)
+        self.precision = "float32"  # of the search products, once ``prepare`` has set it
+        self._prepared: SearchOptions | None = None
 
     @classmethod
     def from_run(cls, run_dir: str | Path, checkpoint: str = "best", device: str = "auto",
@@ -158,6 +206,15 @@ class Translator:
         """The models behind this translator, each with what is needed to feed it text."""
         return [self.run]
 
+    def prepare(self, options: SearchOptions) -> str:
+        """Set the models' search precision and int8 output layer as ``options`` ask (once per
+        change; ``translate`` calls it); returns the precision, "bf16" or "float32"."""
+        last = self._prepared
+        if last is None or (last.precision, last.int8) != (options.precision, options.int8):
+            self.precision = prepare_search(self.runs, options, last) or self.precision
+            self._prepared = options
+        return self.precision
+
     def _prepare(self, line: str) -> Source:
         return self.run.source(line)
 
@@ -166,43 +223,97 @@ class Translator:
         ids = self.run.source_ids(prepared)
         return ids, collate(ids, None, index).to(self.device)
 
+    def guides(self, lines: list[str], options: SearchOptions, prefixes: list[str] | None = None,
+               constraints: list[list[str]] | None = None, prefix_source: str = "prefixes",
+               constraint_source: str = "constraints", numbered: bool = True) -> tuple[list[int], Guides]:
+        """(the lines that are decoded under ``options.blank``, their prefixes and constraints as
+        target ids); every error a line's prefix or constraints can cause is raised here (the
+        server checks a request with it before batching it with others)."""
+        keep = [i for i, line in enumerate(lines) if options.blank == "decode" or line.strip()]
+        guides = encode_guides(self.run, len(lines), keep, prefixes, constraints, prefix_source,
+                               constraint_source, numbered)
+        if guides.phrases is not None and options.sample is not None:
+            raise UserError("constraints need beam search; sampling cannot keep them")
+        return keep, guides
+
     def translate(
         self,
         lines: list[str],
-        beam: int = 5,
-        nbest: int = 1,
-        batch_size: int = 32,
-        length_penalty: float = 1.0,
-        max_len_ratio: float = 2.0,
-        with_attention: bool = False,
-        max_len_cap: int = 512,
-        stop: str = "best",
-        workers: int = 0,
+        options: SearchOptions | None = None,
+        *,
+        prefixes: list[str] | None = None,
+        constraints: list[list[str]] | None = None,
+        prefix_source: str = "prefixes",
+        constraint_source: str = "constraints",
+        **changes,
     ) -> list[list[Translation]]:
-        """Outputs stop at min(max_len_ratio · |x| + 10, max_len_cap) pieces; raise the cap for
-        documents (a chapter is thousands of pieces). ``stop``: see decode.search.beam_search.
+        """Per line, its hypotheses (``options.nbest``, best first; ``[]`` for a blank line).
 
-        ``workers``: batches searched at the same time, each on one CPU thread (0: as many as
-        torch has threads, on CPU). On a few cores this beats one search whose every product is
-        split across the cores: single-threaded products of a few hundred rows run near the
-        core's peak, and the search's own bookkeeping runs in parallel too."""
-        prepared = [self._prepare(line) for line in lines]
-        order = sorted(range(len(lines)), key=lambda i: len(prepared[i][2]), reverse=True)
+        ``options``: how to search (SearchOptions(); ``changes``, e.g. ``beam=3``, replace its
+        fields). ``prefixes``: per line, target text the output must start with ("" for none);
+        ``constraints``: per line, target phrases the output must contain. Errors in them name
+        ``prefix_source`` / ``constraint_source`` (the file they came from) and the line.
+
+        Outputs stop at min(max_len_ratio · |x| + max_len_extra, max_len_cap) pieces; one that
+        reaches the cap is an ``OutputCut`` error unless ``at_cap="keep"``. ``workers``: batches
+        searched at the same time, each on one CPU thread (0: as many as torch has threads, on
+        CPU). On a few cores this beats one search whose every product is split across the
+        cores: single-threaded products of a few hundred rows run near the core's peak, and the
+        search's own bookkeeping runs in parallel too."""
+        options = options or SearchOptions()
+        if not isinstance(options, SearchOptions):
+            raise UserError(f"options must be a SearchOptions, not {type(options).__name__}; "
+                            "give settings as keywords (beam=5)")
+        options = options.with_(**changes) if changes else options.validate()
+        self.prepare(options)
+        keep, guides = self.guides(lines, options, prefixes, constraints, prefix_source, constraint_source)
+        prepared = {i: self._prepare(lines[i]) for i in keep}
+        order = sorted(keep, key=lambda i: len(prepared[i][2]), reverse=True)
         results: list[list[Translation]] = [[] for _ in lines]
-        need = with_attention and getattr(self.model, "has_attention", True)
+        need = options.with_attention and getattr(self.model, "has_attention", True)
+        seed = options.seed
+        if seed is None and options.sample is not None:  # from torch's generator: manual_seed fixes it
+            seed = int(torch.randint(0, 2**62, (1,)))
 
         def search(chunk: list[int]) -> None:
             ids, batch = self._batch([prepared[i] for i in chunk], chunk)
-            if beam <= 1:
-                hyps = greedy_search(self.model, batch.src, batch.src_lengths, max_len_ratio,
-                                     max_len_cap=max_len_cap, need_weights=need)
-            else:
-                hyps = beam_search(self.model, batch.src, batch.src_lengths, beam, nbest, length_penalty,
-                                   max_len_ratio, max_len_cap=max_len_cap, need_weights=need, stop=stop)
-            for k, (i, sent_hyps) in enumerate(zip(chunk, hyps)):
-                results[i] = [self._finish(prepared[i], h, len(ids[k])) for h in sent_hyps]
+            for k, (i, hyps) in enumerate(zip(chunk, self._search(batch, chunk, options, guides, seed, need))):
+                results[i] = [self._finish(prepared[i], h, len(ids[k])) for h in hyps]
 
-        chunks = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        # lines with constraints take their own search; the others keep the fast paths
+        groups = [[i for i in order if guides.constrained(i)], [i for i in order if not guides.constrained(i)]]
+        size = options.batch_size
+        chunks = [g[start : start + size] for g in groups for start in range(0, len(g), size)]
+        self._run_chunks(search, chunks, options.workers)
+        for i in keep:
+            for t in results[i]:
+                t.cut = len(t.tgt_pieces) >= options.max_len_cap
+        cut = next((i for i in keep if results[i] and results[i][0].cut), None)
+        if cut is not None and options.at_cap == "error":  # an output stopped at the cap is no translation
+            raise OutputCut(cut + 1, options.max_len_cap)
+        return results
+
+    def _search(self, batch: Batch, chunk: list[int], options: SearchOptions, guides: Guides,
+                seed: int | None, need: bool) -> list[list[Hypothesis]]:
+        """The hypotheses of one batch, by the search its options and lines ask for."""
+        o, sampling = options, options.sampling()
+        lengths = dict(max_len_ratio=o.max_len_ratio, max_len_extra=o.max_len_extra,
+                       max_len_cap=o.max_len_cap, need_weights=need)
+        prefix = ForcedPrefix([guides.prefixes[i] for i in chunk], self.device) if guides.prefixes else None
+        if guides.constrained(chunk[0]):  # a chunk is all constrained or none
+            phrases = [guides.phrases[i] for i in chunk]
+            return constrained_beam_search(self.model, batch.src, batch.src_lengths, phrases,
+                                           o.beam, o.nbest, o.length_penalty, stop=o.stop, forced=prefix,
+                                           **lengths)
+        if sampling is not None:
+            sampler = Sampler(*sampling, o.temperature, chunk_generator(seed, min(chunk), self.device))
+            return sample(self.model, batch.src, batch.src_lengths, sampler, forced=prefix, **lengths)
+        if o.beam <= 1:
+            return greedy_search(self.model, batch.src, batch.src_lengths, forced=prefix, **lengths)
+        return beam_search(self.model, batch.src, batch.src_lengths, o.beam, o.nbest, o.length_penalty,
+                           stop=o.stop, forced=prefix, **lengths)
+
+    def _run_chunks(self, search, chunks: list[list[int]], workers: int) -> None:
         threads = torch.get_num_threads()
         if workers <= 0:
             workers = threads if self.device.type == "cpu" and self.parallel_batches else 1
@@ -210,14 +321,13 @@ class Translator:
         if workers <= 1:
             for chunk in chunks:
                 search(chunk)
-            return results
+            return
         torch.set_num_threads(1)  # one thread per search; restored below
         try:
             with ThreadPoolExecutor(workers) as pool:
                 list(pool.map(search, chunks))  # longest batches first: the pool balances the rest
         finally:
             torch.set_num_threads(threads)
-        return results
 
     def _finish(self, prepared: Source, hyp: Hypothesis, src_len: int) -> Translation:
         src_pieces, src_words = prepared.pieces, prepared.words

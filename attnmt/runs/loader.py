@@ -83,6 +83,14 @@ class Run:
         ids = self.src_tok.encode_pieces(pieces)[: self.cfg.model.source_limit()]
         return Source(pieces[: len(ids)], words[: len(ids)], ids)
 
+    def target(self, text: str) -> tuple[list[str], list[int]]:
+        """(pieces, ids) of target text as the model writes it (lower-cased if trained so): a
+        forced prefix or a constraint of ``translate``. Unknown pieces get <unk>'s id."""
+        if self.cfg.data.lowercase:
+            text = text.lower()
+        pieces = self.tgt_tok.split(text)
+        return pieces, self.tgt_tok.encode_pieces(pieces)
+
     def sources_cut(self, lines: list[str]) -> int:
         """How many of ``lines`` ``source`` cuts (0 when the run reads whole sources)."""
         limit = self.cfg.model.source_limit()

@@ -23,8 +23,9 @@ import asyncio
 import math
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -33,13 +34,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnmt.decode.translate import (
-    Translation,
-    Translator,
-    check_precision_flags,
-    set_search_precision,
-    use_int8_output_layer,
-)
+from attnmt.decode.guides import Guides
+from attnmt.decode.options import BATCH_LIMIT, SearchOptions
+from attnmt.decode.translate import Translation, Translator, check_precision_flags
 from attnmt.errors import UserError
 from attnmt.serve.batcher import Job, ModelBatcher, QueueFull
 from attnmt.serve.budget import MAX_OUTPUT_PIECES, Ask, Budget, response_bound, widest_piece
@@ -77,6 +74,10 @@ class ServedModel:
     checkpoint: str
     piece_bytes: int = 0  # most bytes one target piece adds to the answer (budget.widest_piece)
     precision: str = "float32"  # of the search products, "bf16" or "float32": set_search_precision
+    # what every request starts from: the server's precision, the budget's length cap; an output
+    # cut at the cap fails its own request only (never the others batched with it)
+    options: SearchOptions = field(default_factory=lambda: SearchOptions(
+        max_len_cap=MAX_OUTPUT_PIECES, at_cap="keep"))
 
     def __post_init__(self):
         if not self.piece_bytes:
@@ -106,6 +107,8 @@ def load_models(
     The search precision is chosen as ``attnmt translate`` chooses it (``set_search_precision``):
     bfloat16 by default on a CPU with bfloat16 units, ``bf16``/``float32`` force one."""
     check_precision_flags(bf16, float32)
+    precision = "bf16" if bf16 else "float32" if float32 else "auto"
+    base = SearchOptions(max_len_cap=MAX_OUTPUT_PIECES, at_cap="keep", precision=precision, int8=int8)
     models: list[ServedModel] = []
     for spec in specs:
         name, run = parse_model_spec(spec)
@@ -114,10 +117,8 @@ def load_models(
         translator = Translator.from_run(run, checkpoint, device)
         if translator.cfg.task != "translate":
             raise UserError(f"a {translator.cfg.task!r} model cannot translate", run)
-        if int8:
-            use_int8_output_layer(translator.runs)
-        precision = set_search_precision(translator.runs, bf16=bf16, float32=float32)
-        models.append(ServedModel(name, translator, str(run), checkpoint, precision=precision))
+        chosen = translator.prepare(base)  # int8 and precision, as attnmt translate sets them
+        models.append(ServedModel(name, translator, str(run), checkpoint, precision=chosen, options=base))
     if not models:
         raise UserError("give at least one --model RUN")
     return models
@@ -140,6 +141,25 @@ class TranslateRequest(BaseModel):
         False, description="return the attention matrix (target × source pieces)"
     )
     alignment: bool = Field(False, description="return word alignments (source word, target word)")
+    prefix: list[str] | None = Field(
+        None, description="per sentence, target text its translation starts with (\"\" for none)"
+    )
+    constraints: list[list[str]] | None = Field(
+        None, description="per sentence, target phrases its translation must contain"
+    )
+    sample: str | None = Field(
+        None, description="topk=K or topp=P: sample each translation instead of beam search"
+    )
+    temperature: float = Field(1.0, description="with sample: softmax(logits / temperature)")
+    seed: int | None = Field(None, description="with sample: random seed (reproducible outputs)")
+
+
+class Line(NamedTuple):
+    """One sentence of a request as the batcher carries it."""
+
+    text: str
+    prefix: str
+    constraints: list[str]
 
 
 class HypothesisResult(BaseModel):
@@ -221,34 +241,70 @@ def _hypothesis(source: str, t: Translation, attention: bool, alignment: bool) -
     return h
 
 
-def _decode_fn(translator: Translator, max_batch: int):
-    """What a model's worker thread runs for one batch; blank lines are not decoded."""
+def _decode_fn(translator: Translator):
+    """What a model's worker thread runs for one batch of ``Line``s (the Translator skips blank
+    lines; jobs are batched by equal SearchOptions, whatever their prefixes and constraints)."""
 
-    def run(sentences: list[str], options: tuple) -> list[list[Translation]]:
-        beam, nbest, length_penalty, max_len_ratio, with_attention = options
-        keep = [i for i, s in enumerate(sentences) if s.strip()]
-        out: list[list[Translation]] = [[] for _ in sentences]
-        if keep:
-            results = translator.translate(
-                [sentences[i] for i in keep],
-                beam=beam,
-                nbest=nbest,
-                batch_size=max_batch,
-                length_penalty=length_penalty,
-                max_len_ratio=max_len_ratio,
-                with_attention=with_attention,
-                max_len_cap=MAX_OUTPUT_PIECES,  # the budget's assumption (attnmt/serve/budget.py)
-            )
-            for i, r in zip(keep, results):
-                out[i] = r
-        return out
+    def run(lines: list[Line], options: SearchOptions) -> list[list[Translation]]:
+        texts = [line.text for line in lines]
+        prefixes = [line.prefix for line in lines] if any(line.prefix for line in lines) else None
+        constraints = [line.constraints for line in lines] if any(line.constraints for line in lines) else None
+        return translator.translate(texts, options, prefixes=prefixes, constraints=constraints)
 
     return run
 
 
-def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) -> int:
+class Checked(NamedTuple):
+    """A request that passed ``check_request``: its worst-case answer size, options and lines."""
+
+    bound: int
+    options: SearchOptions
+    lines: list[Line]
+
+
+def _request_options(req: TranslateRequest, served: ServedModel, limits: Limits) -> SearchOptions:
+    """The request's SearchOptions, validated by decode/options.py (422 naming the field)."""
+    if not 1 <= req.beam <= limits.max_beam:  # the server's own limit, below the search's
+        raise HTTPException(422, f"beam: must be between 1 and {limits.max_beam}, got {req.beam}")
+    try:
+        return served.options.with_(
+            beam=req.beam, nbest=req.nbest, length_penalty=req.length_penalty,
+            max_len_ratio=req.max_len_ratio, with_attention=req.attention or req.alignment,
+            sample=req.sample, temperature=req.temperature, seed=req.seed,
+            batch_size=min(limits.max_batch, BATCH_LIMIT),
+        )
+    except UserError as err:
+        raise HTTPException(422, str(err)) from None
+
+
+def _check_guides(req: TranslateRequest, served: ServedModel, options: SearchOptions,
+                  limits: Limits) -> Guides:
+    """Prefixes and constraints: one entry per sentence, within the sentence limits, every piece
+    known (all checked here, so a bad request never fails the others batched with it)."""
+    for field_name, given in (("prefix", req.prefix), ("constraints", req.constraints)):
+        if given is not None and len(given) != len(req.sentences):
+            raise HTTPException(422, f"{field_name}: {len(given)} entries for {len(req.sentences)} "
+                                "sentences; give one per sentence (empty for none)")
+        for i, entry in enumerate(given or []):
+            texts = [entry] if isinstance(entry, str) else entry
+            if len(texts) > limits.max_tokens or sum(len(t) for t in texts) > limits.max_chars:
+                raise HTTPException(413, f"{field_name}[{i}]: over the limit of {limits.max_tokens} "
+                                    f"phrases or {limits.max_chars} characters per sentence")
+    try:
+        _, guides = served.translator.guides(req.sentences, options, req.prefix, req.constraints,
+                                             "prefix", "constraints", numbered=False)
+    except UserError as err:
+        raise HTTPException(422, str(err)) from None
+    for i in range(len(req.sentences)):
+        if guides.floor(i) - 1 > 2 * limits.max_tokens:
+            raise HTTPException(413, f"prefix/constraints of sentence {i}: {guides.floor(i) - 1} "
+                                f"pieces; the limit is {2 * limits.max_tokens}")
+    return guides
+
+
+def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) -> Checked:
     """Every user-fixable problem of a request, as an HTTPException with a clear message.
-    Returns the most bytes its answer can take (attnmt/serve/budget.py)."""
+    Returns the most bytes its answer can take (attnmt/serve/budget.py), its options and lines."""
     if not req.sentences:
         raise HTTPException(422, "sentences: the list is empty; send at least one sentence")
     if len(req.sentences) > limits.max_sentences:
@@ -257,18 +313,7 @@ def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) ->
             f"sentences: {len(req.sentences)} sentences in one request; "
             f"the limit is {limits.max_sentences}",
         )
-    if not 1 <= req.beam <= limits.max_beam:
-        raise HTTPException(422, f"beam: must be between 1 and {limits.max_beam}, got {req.beam}")
-    if not 1 <= req.nbest <= req.beam:
-        raise HTTPException(422, f"nbest: must be between 1 and beam ({req.beam}), got {req.nbest}")
-    if not 0.0 <= req.length_penalty <= 5.0:
-        raise HTTPException(
-            422, f"length_penalty: must be between 0 and 5, got {req.length_penalty}"
-        )
-    if not 0.1 <= req.max_len_ratio <= 10.0:
-        raise HTTPException(
-            422, f"max_len_ratio: must be between 0.1 and 10, got {req.max_len_ratio}"
-        )
+    options = _request_options(req, served, limits)
     tok = served.translator.src_tok
     pieces = []
     for i, line in enumerate(req.sentences):
@@ -288,15 +333,19 @@ def check_request(req: TranslateRequest, served: ServedModel, limits: Limits) ->
                 413,
                 f"sentences[{i}]: {n} tokens; the limit is {limits.max_tokens} tokens per sentence",
             )
+    guides = _check_guides(req, served, options, limits)
     ask = Ask(req.nbest, req.max_len_ratio, req.attention, req.alignment)
-    bound = response_bound(req.sentences, pieces, ask, served.piece_bytes, served.name)
+    floors = [guides.floor(i) for i in range(len(req.sentences))]
+    bound = response_bound(req.sentences, pieces, ask, served.piece_bytes, served.name, floors)
     if bound > limits.max_response_bytes:
         raise HTTPException(
             413,
             f"the answer could take {bound} bytes, over the limit of {limits.max_response_bytes}; "
             "ask for fewer sentences or n-best hypotheses, a lower max_len_ratio, or no attention",
         )
-    return bound
+    lines = [Line(text, (req.prefix or [""] * len(req.sentences))[i],
+                  (req.constraints or [[]] * len(req.sentences))[i]) for i, text in enumerate(req.sentences)]
+    return Checked(bound, options, lines)
 
 
 # -- the application -----------------------------------------------------------------------------
@@ -334,7 +383,7 @@ def create_app(
     by_name = {m.name: m for m in models}
     batchers = {
         m.name: ModelBatcher(
-            _decode_fn(m.translator, limits.max_batch),
+            _decode_fn(m.translator),
             limits.max_batch,
             limits.max_wait_ms / 1000.0,
             limits.max_queue,
@@ -428,21 +477,20 @@ def create_app(
         served = by_name.get(name)
         if served is None:
             raise HTTPException(404, f"unknown model {name!r}; loaded: {', '.join(by_name)}")
-        bound = check_request(req, served, limits)
-        if not budget.take(bound):
+        checked = check_request(req, served, limits)
+        if not budget.take(checked.bound):
             raise HTTPException(
                 503, "server busy: too many large answers in flight; retry later"
             )
         try:
-            return await _answer(req, request, served, bound, start)
+            return await _answer(req, request, served, checked, start)
         finally:
-            budget.give(bound)
+            budget.give(checked.bound)
 
-    async def _answer(req, request, served, bound: int, start: float) -> Response:
-        with_attention = req.attention or req.alignment
-        options = (req.beam, req.nbest, req.length_penalty, req.max_len_ratio, with_attention)
+    async def _answer(req, request, served, checked: Checked, start: float) -> Response:
+        bound = checked.bound
         try:
-            job = batchers[served.name].submit(req.sentences, options)
+            job = batchers[served.name].submit(checked.lines, checked.options)
         except QueueFull as err:
             raise HTTPException(503, f"server busy: {err}; retry later") from None
         try:
@@ -456,6 +504,11 @@ def create_app(
             raise HTTPException(500, f"translation failed: {type(err).__name__}: {err}") from None
         if results is None:  # the client is gone; nobody reads this
             return error_response(499, "client closed the request")
+        cut = next((i for i, hyps in enumerate(results) if hyps and hyps[0].cut), None)
+        if cut is not None:  # a cut output is no translation (SearchOptions.at_cap)
+            raise HTTPException(422, f"sentences[{cut}]: the translation was cut at the server's "
+                                f"cap of {checked.options.max_len_cap} pieces; lower max_len_ratio "
+                                "or split the sentence")
         out = []
         for source, hyps in zip(req.sentences, results):
             hs = [_hypothesis(source, h, req.attention, req.alignment) for h in hyps]

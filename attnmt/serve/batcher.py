@@ -1,7 +1,8 @@
 """Dynamic batching: sentences from concurrent requests share one decoder call.
 
 Each model has one worker thread (a model is only ever used by its own thread). A request becomes
-a ``Job`` of sentences plus decoding options; jobs wait in the model's queue. The worker takes the
+a ``Job`` of sentences (each what the translate function takes per sentence: the app sends the
+text with its prefix and constraints) plus its ``SearchOptions``; jobs wait in the model's queue. The worker takes the
 oldest job and, for up to ``max_wait`` seconds after it arrived, gathers more jobs with the *same*
 options until ``max_batch`` sentences are collected, then translates them all in one
 ``Translator.translate`` call and hands every job its slice of the results. Decoding cost per
@@ -25,12 +26,14 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
-Options = tuple  # (beam, nbest, length_penalty, max_len_ratio, with_attention), hashable
+from attnmt.decode.options import SearchOptions
+
+Options = SearchOptions  # frozen, so jobs compare their options by value
 
 
 @dataclass
 class Job:
-    sentences: list[str]
+    sentences: list[Any]
     options: Options
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
@@ -50,7 +53,7 @@ class ModelBatcher:
 
     def __init__(
         self,
-        translate: Callable[[list[str], Options], list[Any]],
+        translate: Callable[[list[Any], Options], list[Any]],
         max_batch: int = 32,
         max_wait: float = 0.005,
         max_queue: int = 1024,
@@ -73,7 +76,7 @@ class ModelBatcher:
     def batching(self) -> bool:
         return self.max_batch > 1 and self.max_wait > 0
 
-    def submit(self, sentences: list[str], options: Options) -> Job:
+    def submit(self, sentences: list[Any], options: Options) -> Job:
         job = Job(list(sentences), options)
         with self._cond:
             if self._closed:

@@ -39,8 +39,10 @@ def widest_piece(tokenizer) -> int:
     return max(widest, 8) + 1  # <unk> surfaces (" ⁇ ") and the separating space
 
 
-def output_pieces(src_pieces: int, max_len_ratio: float) -> int:
-    return min(MAX_OUTPUT_PIECES, math.ceil(max_len_ratio * max(src_pieces, 1)) + OUTPUT_EXTRA)
+def output_pieces(src_pieces: int, max_len_ratio: float, floor: int = 0) -> int:
+    """The search's length limit (decode.search.max_lengths): ``floor`` is what a forced prefix
+    and constraints need (decode.guides.Guides.floor), which may pass the cap."""
+    return max(min(MAX_OUTPUT_PIECES, math.ceil(max_len_ratio * max(src_pieces, 1)) + OUTPUT_EXTRA), floor)
 
 
 @dataclass
@@ -53,13 +55,13 @@ class Ask:
     alignment: bool
 
 
-def sentence_bound(source: str, src_pieces: list[str], ask: Ask, piece_bytes: int) -> int:
+def sentence_bound(source: str, src_pieces: list[str], ask: Ask, piece_bytes: int, floor: int = 0) -> int:
     """Most bytes of one sentence's entry in the answer (blank sentences are not decoded)."""
     echo = json_bytes(source)
     if not source.strip():
         return SENTENCE_OVERHEAD + echo
     s = len(src_pieces)
-    t = output_pieces(s, ask.max_len_ratio)
+    t = output_pieces(s, ask.max_len_ratio, floor)
     text = t * piece_bytes + 2
     hyp = HYPOTHESIS_OVERHEAD + text
     if ask.attention or ask.alignment:
@@ -78,10 +80,13 @@ def sentence_bound(source: str, src_pieces: list[str], ask: Ask, piece_bytes: in
 
 
 def response_bound(
-    sources: list[str], pieces: list[list[str]], ask: Ask, piece_bytes: int, model: str
+    sources: list[str], pieces: list[list[str]], ask: Ask, piece_bytes: int, model: str,
+    floors: list[int] | None = None,
 ) -> int:
-    """Most bytes the JSON answer to a request can take."""
-    body = sum(sentence_bound(s, p, ask, piece_bytes) for s, p in zip(sources, pieces))
+    """Most bytes the JSON answer to a request can take (``floors``: per sentence, the output
+    length its prefix and constraints need)."""
+    floors = floors or [0] * len(sources)
+    body = sum(sentence_bound(s, p, ask, piece_bytes, f) for s, p, f in zip(sources, pieces, floors))
     return RESPONSE_OVERHEAD + json_bytes(model) + body
 
 
