@@ -121,7 +121,7 @@ def main() -> None:
         batch = sources[i : i + args.batch_size]
         start = time.thread_time()
         out = translator.translate(batch, beam=args.beam, batch_size=args.batch_size,
-                                   max_len_ratio=args.ratio, max_len_cap=args.cap)
+                                   max_len_ratio=args.ratio, max_len_cap=args.cap, at_cap="keep")
         cpu += time.thread_time() - start
         hyps += [t[0].text for t in out]
         out_pieces += sum(len(t[0].tgt_pieces) for t in out)
@@ -158,7 +158,7 @@ def decoder_ms_per_piece(translator: Translator, sources: list[str], args) -> fl
     for i in range(0, len(sources), args.batch_size):
         out = translator.translate(sources[i : i + args.batch_size], beam=args.beam,
                                    batch_size=args.batch_size, max_len_ratio=args.ratio,
-                                   max_len_cap=args.cap)
+                                   max_len_cap=args.cap, at_cap="keep")
         pieces += sum(len(t[0].tgt_pieces) for t in out)
     return 1000 * (time.thread_time() - start - timed.encode_cpu) / max(pieces, 1)
 

@@ -316,8 +316,8 @@ class Translator:
     def _run_chunks(self, search, chunks: list[list[int]], workers: int) -> None:
         threads = torch.get_num_threads()
         if workers <= 0:
-            workers = threads if self.device.type == "cpu" and self.parallel_batches else 1
-        workers = min(workers, len(chunks))
+            workers = threads if self.device.type == "cpu" else 1
+        workers = min(workers, len(chunks)) if self.parallel_batches else 1
         if workers <= 1:
             for chunk in chunks:
                 search(chunk)

@@ -195,7 +195,7 @@ def sentence_attention(member: Run, sentence: str, target: str | None = None, be
             raise UserError("--target is empty: give the translation to force decode, or leave it out")
         ids = member.tgt_tok.encode(target)
     else:
-        best = Translator.of(member).translate([sentence], beam=beam)[0][0]
+        best = Translator.of(member).translate([sentence], beam=beam, at_cap="keep")[0][0]
         ids, translation = member.tgt_tok.encode_pieces(best.tgt_pieces), best.text
         if not ids:  # no row to plot
             raise UserError("the model translates --input to nothing: no attention to show; give "

@@ -194,13 +194,13 @@ def evaluate_row(s: Settings, row: Row, runs: list[Path], src: list[str], ref: l
     key = (tuple(str(r) for r in runs), s.beam, tuple(src))
     if key not in _DECODED:
         _DECODED.clear()
-        _DECODED[key] = translator.translate(src, beam=s.beam, batch_size=32)
+        _DECODED[key] = translator.translate(src, beam=s.beam, batch_size=32, at_cap="keep")
     results = _DECODED[key]
     result: dict = {"row": row.name, "label": row.label, "models": [str(r) for r in runs],
                     "settings": eval_settings(s)}
 
     def first(res):
-        return [h[0].text if h and line.strip() else "" for line, h in zip(src, res)]
+        return [h[0].text if h else "" for h in res]  # a blank line has no hypotheses
 
     if row.unk:
         result["bleu_before_replace"] = score_all(first(results), ref, lang)["bleu"]
