@@ -8,6 +8,11 @@ extensions; those ending in </s> become finished hypotheses, the best K others c
 is done when it has K finished hypotheses or reaches its length limit ``ratio·|x| + extra``; it then
 leaves the batch.
 Finished hypotheses are ranked by log p(y|x) / |y|^α (α = length_penalty; 0 disables it).
+
+Two hooks serve the searches a user steers, and cost nothing when unused: ``forced`` (a
+``decode.prefix.ForcedPrefix``, target prefixes every hypothesis keeps) in both searches, and
+``choose`` (decode/sampling.py's sampler in place of the argmax) in greedy search. Lexically
+constrained search has its own loop (decode/constraints.py).
 """
 
 from __future__ import annotations
