@@ -18,8 +18,8 @@ from attnmt.data.batching import Batch, collate
 from attnmt.data.vocab import Tokenizer, map_pieces_to_words
 from attnmt.decode.constraints import constrained_beam_search
 from attnmt.decode.force import word_attention
-from attnmt.decode.options import SearchOptions
 from attnmt.decode.guides import Guides, encode_guides
+from attnmt.decode.options import SearchOptions
 from attnmt.decode.prefix import ForcedPrefix
 from attnmt.decode.sampling import Sampler, chunk_generator, sample
 from attnmt.decode.search import Hypothesis, beam_search, greedy_search

@@ -20,7 +20,7 @@ import sacrebleu
 import torch
 
 from attnmt.config import Config
-from attnmt.decode.translate import Translator
+from attnmt.decode.translate import Translation, Translator
 
 HIGHER_IS_BETTER = {"ppl": False, "bleu": True, "chrf": True}
 # sacrebleu's default metrics, as attnmt score reports them (eval/scoring.py; train may not import eval)
@@ -70,11 +70,12 @@ def translate_lines(model: torch.nn.Module, cfg: Config, src_tok, tgt_tok, devic
     model.eval()
     try:
         translator = Translator(model, cfg, src_tok, tgt_tok, device)
+        # at_cap="keep": an early model that babbles to the length cap still gets a score
         results = translator.translate(sources, beam=beam, nbest=1, batch_size=64,
-                                       with_attention=with_attention)
+                                       with_attention=with_attention, at_cap="keep")
     finally:
         model.train(was_training)
-    return [r[0] for r in results]
+    return [r[0] if r else Translation("", 0.0, [], []) for r in results]  # [] : a blank line
 
 
 def dev_score(model: torch.nn.Module, cfg: Config, src_tok, tgt_tok, device: torch.device,
