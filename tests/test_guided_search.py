@@ -118,7 +118,8 @@ def test_api_checks_the_same_options(runs):
     with pytest.raises(UserError, match="options must be a SearchOptions"):
         model.translate([SRC[0]], 5)
     best = model.translate([SRC[0], " "], SearchOptions(beam=2))  # blank lines: the Translator's rule
-    assert best[1].text == "" and best[0].text == Translator.of(model.run).translate([SRC[0]], beam=2)[0][0].text
+    direct = Translator.of(model.run).translate([SRC[0]], beam=2)
+    assert best[1].text == "" and best[0].text == direct[0][0].text
 
 
 # -- forced prefixes -------------------------------------------------------------------------------------
@@ -243,7 +244,8 @@ def test_translate_prefix_constraints_and_sample_files(tmp_path, runs, translato
     cons.write_text("gato\n\nzebra\n", encoding="utf-8")
     assert_fails(tmp_path, [*base, "--constraints", str(cons)], (f"{cons}:3:", "'zebra'"))
     cons.write_text("gato\n\n\n", encoding="utf-8")
-    assert_fails(tmp_path, [*base, "--constraints", str(cons), "--sample", "topk=2"], ("constraints need beam",))
+    assert_fails(tmp_path, [*base, "--constraints", str(cons), "--sample", "topk=2"],
+                 ("constraints need beam",))
     assert_fails(tmp_path, [*base, "--prefix", str(tmp_path / "missing")], ("missing", "not found"))
 
 

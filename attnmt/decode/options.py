@@ -154,7 +154,8 @@ class SearchOptions:
         names = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
-            raise UserError(f"unknown search option {unknown[0]!r}; the options are {', '.join(sorted(names))}")
+            raise UserError(f"unknown search option {unknown[0]!r}; the options are "
+                            f"{', '.join(sorted(names))}")
         return replace(self, **changes).validate()
 
 

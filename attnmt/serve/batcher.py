@@ -2,10 +2,10 @@
 
 Each model has one worker thread (a model is only ever used by its own thread). A request becomes
 a ``Job`` of sentences (each what the translate function takes per sentence: the app sends the
-text with its prefix and constraints) plus its ``SearchOptions``; jobs wait in the model's queue. The worker takes the
-oldest job and, for up to ``max_wait`` seconds after it arrived, gathers more jobs with the *same*
-options until ``max_batch`` sentences are collected, then translates them all in one
-``Translator.translate`` call and hands every job its slice of the results. Decoding cost per
+text with its prefix and constraints) plus its ``SearchOptions``; jobs wait in the model's queue.
+The worker takes the oldest job and, for up to ``max_wait`` seconds after it arrived, gathers more
+jobs with the *same* options until ``max_batch`` sentences are collected, then translates them all
+in one ``Translator.translate`` call and hands every job its slice of the results. Decoding cost per
 sentence falls with batch size (one matrix product per step for the whole batch), so under load
 throughput rises while a lone request waits at most ``max_wait``.
 
