@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from attnmt.errors import UserError, key_error
+from attnmt.files import SMALL_TEXT_BYTES, read_small_text
 
 
 @dataclass
@@ -430,14 +431,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
     path = str(path)
     if not path.strip():
         raise UserError("the config path is empty")
-    if Path(path).is_dir():
-        raise UserError("is a directory, expected a YAML config file", path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError("config file not found", path) from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"invalid UTF-8 ({err.reason})", path) from None
+    text = read_small_text(path, SMALL_TEXT_BYTES, "YAML config file")  # no FIFO, no /dev/zero
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:

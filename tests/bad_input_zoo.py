@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import shutil
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +38,33 @@ def run_cli(argv: list[str], stdin: bytes | None = None) -> tuple[int, str, str]
     return status, out.getvalue(), err.getvalue()
 
 
+class Hung(Exception):
+    """A command that did not return within its time (a FIFO waited on, an endless stream read)."""
+
+
+@contextmanager
+def no_hang(seconds: float) -> Iterator[None]:
+    """Raise ``Hung`` in the block after ``seconds`` (SIGALRM: a blocking open or read is
+    interrupted too)."""
+    def alarm(signum, frame):
+        raise Hung(f"no answer within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def assert_fails(root: Path, argv: list[str], words: tuple[str, ...], stdin: bytes | None = None,
-                 stdout_ok: bool = False) -> str:
-    """The command fails as a user error: status 2, one line naming ``words``, no traceback, no
-    output, nothing new under ``root``."""
+                 stdout_ok: bool = False, timeout: float = 60) -> str:
+    """The command fails as a user error within ``timeout`` seconds: status 2, one line naming
+    ``words``, no traceback, no output, nothing new under ``root``."""
     before = listing(root)
-    status, out, err = run_cli(argv, stdin)
+    with no_hang(timeout):
+        status, out, err = run_cli(argv, stdin)
     lines = err.strip().splitlines()
     assert "Traceback" not in err, err
     assert status == 2, (status, err)

@@ -133,7 +133,7 @@ def test_gzipped_and_binary_errors(tmp_path):
     (tmp_path / "kenlm.bin").write_bytes(b"mmap lm http://kheafield.com/code format version 5")
     with pytest.raises(UserError, match="KenLM binary"):
         load_ngram(tmp_path / "kenlm.bin")
-    with pytest.raises(UserError, match="no such file"):
+    with pytest.raises(UserError, match="not found"):
         load_ngram(tmp_path / "missing.arpa")
 
 

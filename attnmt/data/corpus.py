@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from attnmt.errors import UserError
+from attnmt.files import check_regular, open_regular
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a write that failed
 MAX_LINE_BYTES = 1_000_000  # a "line" longer than this is a wrong or binary file, not a sentence
@@ -51,23 +52,15 @@ class ReadStats:
 
 
 def check_input(path: str | os.PathLike, what: str = "file") -> str:
-    """``path`` as a string if it is an existing file, else a one-line error."""
-    path = str(path)
-    if os.path.isdir(path):
-        raise UserError(f"is a directory, expected a {what}", path)
-    if not os.path.exists(path):
-        raise UserError(f"{what} not found", path)
-    return path
+    """``path`` as a string if it is an existing regular file, else a one-line error (a directory,
+    FIFO or device is refused before it is opened: attnmt.files.check_regular)."""
+    return check_regular(path, what)
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
     """All lines of a UTF-8 text file, without line endings; errors name file:line."""
-    path = check_input(path)
-    try:
-        with open(path, "rb") as f:
-            return read_stream(f, path)
-    except PermissionError:
-        raise UserError("permission denied", path) from None
+    with open_regular(path) as f:
+        return read_stream(f, os.fspath(path))
 
 
 def iter_stream(stream: BinaryIO, name: str) -> Iterator[tuple[int, str]]:

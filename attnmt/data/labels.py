@@ -14,6 +14,7 @@ from pathlib import Path
 from attnmt.data.corpus import read_lines
 from attnmt.data.vocab import UNK
 from attnmt.errors import UserError
+from attnmt.files import SMALL_TEXT_BYTES, read_small_text
 
 
 class LabelSet:
@@ -47,7 +48,8 @@ class LabelSet:
         path = Path(run_dir) / "labels.txt"
         if not path.exists():
             raise UserError("no labels.txt: not a classification run", str(run_dir))
-        return cls([x for x in path.read_text(encoding="utf-8").split("\n") if x])
+        text = read_small_text(path, SMALL_TEXT_BYTES, "label list")
+        return cls([x for x in text.split("\n") if x])
 
 
 def read_classification(spec: str, src: str, tgt: str

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from attnmt.errors import UserError
+from attnmt.files import VOCAB_BYTES, check_regular, open_regular
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<unk>", "<s>", "</s>"]
@@ -146,8 +147,7 @@ class SentencePieceTokenizer:
     @classmethod
     def load_checked(cls, model_file: str | os.PathLike, lowercase: bool = False) -> "SentencePieceTokenizer":
         """A sentencepiece model trained elsewhere, if it uses attnmt's special ids."""
-        if not Path(model_file).is_file():
-            raise UserError("sentencepiece model not found", str(model_file))
+        check_regular(model_file, "sentencepiece model")
         try:
             tok = cls(model_file, lowercase)
         except Exception as err:  # sentencepiece raises RuntimeError/OSError on junk files
@@ -221,26 +221,55 @@ def load_tokenizer(run_dir: str | os.PathLike, side: str, lowercase: bool = Fals
         why = "is a file, expected a run directory" if run_dir.exists() else "no such run directory"
         raise UserError(why, str(run_dir))
     if spm_file.exists():
-        if not spm_file.is_file():
-            raise UserError("is not a file", str(spm_file))
+        check_regular(spm_file, "sentencepiece model")  # sentencepiece would wait on a FIFO
         try:
             return SentencePieceTokenizer(spm_file, lowercase)
         except (RuntimeError, OSError) as err:  # sentencepiece's message for a junk file
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"not a sentencepiece model ({reason})", str(spm_file)) from None
-    if vocab_file.exists():
-        if not vocab_file.is_file():
-            raise UserError("is not a file", str(vocab_file))
-        try:
-            lines = vocab_file.read_text(encoding="utf-8").split("\n")
-        except UnicodeDecodeError as err:
-            raise UserError(f"invalid UTF-8 in vocabulary ({err.reason})", str(vocab_file)) from None
-        header = lines[0].split()
-        if not header or header[0] != "#word":
-            raise UserError("not a vocabulary file (missing '#word' header)", str(vocab_file), 1)
-        lang = header[1] if len(header) > 1 else "en"
-        return WordTokenizer([t for t in lines[1:] if t], lang, lowercase)
+    if vocab_file.exists() or vocab_file.is_symlink():
+        tokens, lang = read_vocab(vocab_file)
+        return WordTokenizer(tokens, lang, lowercase)
     raise UserError(f"no {side} tokenizer ({side}.vocab or {side}.spm.model)", str(run_dir))
+
+
+def read_vocab(path: Path) -> tuple[list[str], str]:
+    """The words of a vocabulary file (``#word LANG``, then one word per line, the special symbols
+    first) and its language. An id is a line number, so anything that would shift or merge ids
+    is a one-line error naming file and line: a missing or misplaced special symbol, a word
+    given twice, an empty line inside the list. At most ``VOCAB_BYTES`` are read."""
+    from attnmt.data.corpus import iter_stream
+
+    name = str(path)
+    with open_regular(path, "vocabulary file") as f:
+        if os.fstat(f.fileno()).st_size > VOCAB_BYTES:
+            raise UserError(f"is over the {VOCAB_BYTES}-byte limit for a vocabulary file", name)
+        lines = list(iter_stream(f, name))
+    header = lines[0][1].split() if lines else []
+    if not header or header[0] != "#word":
+        raise UserError("not a vocabulary file (missing '#word' header)", name, 1)
+    tokens: list[str] = []
+    seen: dict[str, int] = {}
+    blank: int | None = None
+    for number, word in lines[1:]:
+        if not word:
+            blank = blank or number
+            continue
+        if blank is not None:
+            raise UserError("empty entry inside the word list (ids would shift)", name, blank)
+        slot = len(tokens)
+        if slot < len(SPECIALS) and word != SPECIALS[slot]:
+            raise UserError(f"entry {slot} must be the special symbol {SPECIALS[slot]}, not {word!r}",
+                            name, number)
+        if slot >= len(SPECIALS) and word in SPECIALS:
+            raise UserError(f"the special symbol {word} in an ordinary slot (id {slot})", name, number)
+        if word in seen:
+            raise UserError(f"duplicate entry {word!r} (also line {seen[word]})", name, number)
+        seen[word] = number
+        tokens.append(word)
+    if len(tokens) < len(SPECIALS):
+        raise UserError(f"lists {len(tokens)} entries, fewer than the {len(SPECIALS)} special symbols", name)
+    return tokens, header[1] if len(header) > 1 else "en"
 
 
 def map_pieces_to_words(pieces: list[str], line: str) -> list[int]:

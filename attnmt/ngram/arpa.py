@@ -15,7 +15,6 @@ from __future__ import annotations
 import gzip
 import math
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ import numpy as np
 from attnmt.data.corpus import atomic_path
 from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
+from attnmt.files import ArchiveError, open_input
 from attnmt.ngram.estimate import OrderTable
 from attnmt.ngram.lines import LineWriter
 from attnmt.ngram.tables import DiskTables, MemoryTables, block_words
@@ -95,9 +95,8 @@ class _Lines:
 
     def __init__(self, path: Path):
         self.path = path
-        with open(path, "rb") as probe:
-            gzipped = probe.read(2) == b"\x1f\x8b"
-        self.f = gzip.open(path, "rb") if gzipped else open(path, "rb")  # noqa: SIM115
+        # gzip/xz/bz2 decompressed within attnmt.files.archive_limit (a bomb of blank lines stops)
+        self.f = open_input(path, "ARPA file")
         self.lineno = 0
         self.pending: str | None = None
 
@@ -110,9 +109,9 @@ class _Lines:
             return line
         try:
             raw = self.f.readline(_MAX_LINE)
-        except (EOFError, OSError, zlib.error) as err:  # a truncated or corrupt .gz
-            what = "truncated" if isinstance(err, EOFError) else "corrupt"
-            raise self.error(f"{what} gzip data after this line ({err})") from None
+        except ArchiveError as err:  # a truncated, corrupt or over-large .gz, .xz, .bz2
+            message = str(err).removeprefix(f"{self.path}: ")
+            raise self.error(f"{message}, after this line") from None
         if not raw:
             return None
         self.lineno += 1
@@ -174,8 +173,6 @@ def _read_counts(lines: _Lines) -> list[int]:
 def read_arpa(path: str | os.PathLike) -> tuple[list[str], list[OrderTable]]:
     """Read an ARPA file into (vocab, per-order tables); malformed input raises UserError."""
     path = Path(path)
-    if not path.exists():
-        raise UserError("no such file", str(path))
     lines = _Lines(path)
     try:
         counts = _read_counts(lines)
@@ -193,6 +190,10 @@ def read_arpa(path: str | os.PathLike) -> tuple[list[str], list[OrderTable]]:
         if end is None or end.strip() != "\\end\\":
             got = "end of file" if end is None else repr(end)
             raise lines.error(f"expected \\end\\, got {got}")
+        # the rest is read too: junk after a gzip member (or text after \end\) is a damaged file
+        rest = lines.next_nonblank()
+        if rest is not None:
+            raise lines.error(f"text after \\end\\: {rest[:40]!r}")
     finally:
         lines.f.close()
     return vocab, tables

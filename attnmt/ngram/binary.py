@@ -17,6 +17,7 @@ import numpy as np
 
 from attnmt.data.corpus import atomic_path
 from attnmt.errors import UserError
+from attnmt.files import open_regular
 
 FORMAT = "attnmt-ngram"
 VERSION = 1
@@ -64,8 +65,8 @@ def read_binary(path: str | os.PathLike) -> tuple[list[str], list, dict]:
     from attnmt.ngram.estimate import OrderTable
 
     path = Path(path)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with open_regular(path, "n-gram model file") as f:
+        size = os.fstat(f.fileno()).st_size
         try:
             n = int.from_bytes(f.read(8), "little")
             if not 0 < n <= min(size - 8, 100 << 20):

@@ -18,6 +18,7 @@ import numpy as np
 
 from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
+from attnmt.files import check_regular, open_regular
 
 _DELIMS = str.maketrans({"\t": " ", "\r": " ", "\0": " ", "\n": " "})
 # the same on UTF-8 bytes, where it is a fast table lookup (no ASCII byte occurs inside a
@@ -31,18 +32,14 @@ def split_words(line: str) -> list[str]:
 
 
 def check_file(path: Path) -> None:
-    if path.is_dir():
-        raise UserError("is a directory, expected a text file", str(path))
-    if not path.is_file():
-        raise UserError("file not found", str(path))
+    check_regular(path, "text file")
 
 
 def read_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     """(line number, text) for each line of a UTF-8 file; invalid UTF-8 -> UserError file:line.
     A byte-order mark at the start of the file is dropped (it is no part of the first word)."""
     path = Path(path)
-    check_file(path)
-    with open(path, "rb") as f:
+    with open_regular(path, "text file") as f:
         for lineno, raw in enumerate(f, start=1):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8) :]
@@ -67,7 +64,7 @@ def _read_blocks(path: Path, size: int = 1 << 25) -> Iterator[tuple[int, bytes]]
     tab, CR and NUL turned into spaces."""
     first_line = 1
     rest = b""
-    with open(path, "rb") as f:
+    with open_regular(path, "text file") as f:
         if f.read(len(codecs.BOM_UTF8)) != codecs.BOM_UTF8:  # a byte-order mark is no word
             f.seek(0)
         while True:

@@ -37,6 +37,7 @@ import torch
 
 from attnmt.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from attnmt.errors import UserError
+from attnmt.files import open_regular
 from attnmt.ngram.arpa import read_arpa, write_arpa
 from attnmt.ngram.binary import read_binary, write_binary
 from attnmt.ngram.corpus import flatten, read_text_corpus, split_words
@@ -369,11 +370,7 @@ def _check_tables(vocab: list[str], tables: list[OrderTable], path: str) -> None
 def load_ngram(path: str | os.PathLike) -> NgramLM:
     """Load an n-gram model from an ARPA file (plain or gzipped) or our binary format."""
     path = Path(path)
-    if path.is_dir():
-        raise UserError("is a directory, expected an n-gram model file", str(path))
-    if not path.is_file():
-        raise UserError("no such file", str(path))
-    with open(path, "rb") as f:
+    with open_regular(path, "n-gram model file") as f:
         head = f.read(64)
     if head.startswith(b"mmap lm "):
         raise UserError("this is a KenLM binary; give the ARPA file instead", str(path))

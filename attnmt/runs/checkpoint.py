@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from attnmt.errors import UserError
+from attnmt.files import POINTER_BYTES, check_regular, read_small_bytes
 
 
 def _write_pointer(path: Path, name: str) -> None:
@@ -44,13 +45,15 @@ _STEP = re.compile(r"step-\d+")  # the only names a pointer or --checkpoint may 
 def _pointer_name(path: Path) -> str:
     """The checkpoint name a pointer file holds ('' if it holds none: junk, a folder, ..)."""
     try:
-        name = path.read_bytes()[:64].decode("utf-8", "replace").strip()
-    except OSError:
+        name = read_small_bytes(path, POINTER_BYTES, "checkpoint pointer").decode("utf-8", "replace").strip()
+    except UserError:
         return ""
     return name if _STEP.fullmatch(name) else ""
 
 
 def _read_pointer(path: Path) -> str | None:
+    """The step a pointer names if it is a good one, else None (what saving and pruning need:
+    they never fail on a damaged pointer, they replace it)."""
     if not path.exists():
         return None
     name = _pointer_name(path)
@@ -67,6 +70,40 @@ def _moved_aside(pointer: Path) -> Path | None:
         if (aside / "model.safetensors").is_file():
             return aside
     return None
+
+
+def step_inside(root: Path, name: str, where: str) -> Path:
+    """``root/name`` if it is a checkpoint directory of this run: a step-N name, a real directory
+    (not a symbolic link) whose resolved path lies in ``root``; else a one-line error naming
+    ``where`` (the pointer file or the run)."""
+    if not _STEP.fullmatch(name):
+        raise UserError(f"holds {name[:40]!r}, not the name of a checkpoint (step-NNNNNNNN): no checkpoint "
+                        "to load", where)
+    path = root / name
+    if path.is_symlink():
+        raise UserError(f"names {name}, a symbolic link: no checkpoint inside the run (refused)", where)
+    if not path.is_dir():
+        raise UserError(f"names {name}, but there is no checkpoint {root / name}", where)
+    resolved = path.resolve()
+    if resolved.parent != root.resolve() or not resolved.is_relative_to(root.parent.resolve()):
+        raise UserError(f"names {name}, which lies outside the run's checkpoints/ (refused)", where)
+    return path
+
+
+def _pointed(root: Path, which: str) -> Path | None:
+    """The checkpoint the pointer ``which`` (LAST or BEST) names; None when there is no pointer
+    file. A pointer that is not a small regular file naming a step of this run is an error, never
+    a silent fallback to another checkpoint (a kill inside a re-save excepted: _moved_aside)."""
+    pointer = root / which
+    if not pointer.exists() and not pointer.is_symlink():
+        return None
+    where = str(pointer)
+    name = read_small_bytes(pointer, POINTER_BYTES, "checkpoint pointer").decode("utf-8", "replace").strip()
+    if _STEP.fullmatch(name) and not (root / name).exists():
+        aside = _moved_aside(pointer)
+        if aside is not None:
+            return aside
+    return step_inside(root, name, where)
 
 
 def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -159,25 +196,22 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
 
 
 def find_checkpoint(run_dir: str | os.PathLike, which: str = "best") -> Path:
-    """The checkpoint directory ``which`` ("best", "last" or a step directory name)."""
+    """The checkpoint directory ``which`` ("best", "last" or a step directory name). "best" is
+    LAST's checkpoint when the run has no BEST pointer (a run without a dev set); a pointer that
+    exists but does not name a checkpoint of this run is an error."""
     root = Path(run_dir) / "checkpoints"
     if which in ("best", "last"):
-        name = _read_pointer(root / which.upper())
-        if name is None:
-            aside = _moved_aside(root / which.upper())
-            if aside is not None:
-                return aside
-        if name is None and which == "best":
-            name = _read_pointer(root / "LAST")
-        if name is None:
+        found = _pointed(root, which.upper())
+        if found is None and which == "best":
+            found = _pointed(root, "LAST")
+        if found is None:
             raise UserError("no checkpoint found (is this a training run directory?)", str(run_dir))
-        return root / name
+        return found
     if not _STEP.fullmatch(which):
         raise UserError(f"--checkpoint must be best, last or step-NNNNNNNN, not {which!r}", str(run_dir))
-    path = root / which
-    if not path.is_dir():
+    if not (root / which).is_dir() and not (root / which).is_symlink():
         raise UserError(f"no checkpoint {which!r}", str(run_dir))
-    return path
+    return step_inside(root, which, str(run_dir))
 
 
 EMA_FILE = "ema.safetensors"  # train.ema's averaged weights, beside model.safetensors
@@ -191,7 +225,7 @@ def weights_path(ckpt_dir: Path, raw: bool = False) -> Path:
 
 
 def load_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    path = str(path)
+    path = check_regular(path, "model weights file")  # safetensors would wait on a FIFO
     try:
         return load_file(path)
     except FileNotFoundError:
@@ -210,8 +244,8 @@ def load_trainer_state(ckpt_dir: Path) -> dict[str, Any]:
     tensors, numbers, strings and containers only, so a crafted ``trainer.pt`` cannot run code
     (a plain pickle would execute whatever its ``__reduce__`` names)."""
     path = ckpt_dir / "trainer.pt"
-    if path.is_dir():
-        raise UserError("is a directory, expected the trainer state file", str(path))
+    if path.exists():
+        check_regular(path, "trainer state file")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:

@@ -124,11 +124,10 @@ def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer | None, Tokenizer |
     if not run_dir.is_dir():
         why = "is a file, not a run directory" if run_dir.exists() else "no such run directory"
         raise UserError(why, str(run_dir))
-    if (run_dir / "config.yaml").is_dir():
-        raise UserError("is a directory, expected the run's config file", str(run_dir / "config.yaml"))
-    if not (run_dir / "config.yaml").is_file():
+    config = run_dir / "config.yaml"
+    if not config.exists() and not config.is_symlink():
         raise UserError("not a training run directory (no config.yaml: file not found)", str(run_dir))
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_config(config)  # a directory, FIFO or device there: a one-line error (attnmt.files)
     lower = cfg.data.lowercase  # the tokenizers lower-case what they read
     src_tok = load_tokenizer(run_dir, "src", lower) if cfg.task in ("translate", "classify") else None
     tgt = LabelSet.load(run_dir) if cfg.task == "classify" else load_tokenizer(run_dir, "tgt", lower)
