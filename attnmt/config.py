@@ -298,6 +298,44 @@ def check_ngram(mode: str, alpha: float, anneal_steps: int, lam: float,
         fail("ngram.lam", f"(λ) must lie in [0, 1], got {lam}")
 
 
+class StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` for configs: no anchors, aliases or merge keys (an alias bomb expands
+    exponentially, a recursive alias never ends, ``<<`` slips keys past the duplicate check), each
+    refused with the line it is on; a plain ``1e-3`` is a float as in YAML 1.2 (1.1 reads a
+    string), so a quoted "10" can stay a string and be refused where a number belongs."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not allowed in a config", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def flatten_mapping(self, node):
+        for key, _ in node.value:
+            if key.tag == "tag:yaml.org,2002:merge":
+                raise yaml.constructor.ConstructorError(
+                    None, None, "merge keys (<<) are not allowed in a config", key.start_mark)
+        super().flatten_mapping(node)
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # Python refuses to convert over 4300 digits
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number of {len(node.value)} digits is too large", node.start_mark) from None
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _key_lines(text: str) -> dict[tuple[str, ...], int]:
     """Map each (section, key) path of a YAML mapping to its 1-based line number."""
     lines: dict[tuple[str, ...], int] = {}
@@ -310,7 +348,7 @@ def _key_lines(text: str) -> dict[tuple[str, ...], int]:
                 walk(value, sub)
 
     try:
-        root = yaml.compose(text)
+        root = yaml.compose(text, Loader=StrictLoader)
     except yaml.YAMLError:
         return lines
     if root is not None:
@@ -336,38 +374,30 @@ def _duplicate_key(text: str) -> tuple[str, int] | None:
         return None
 
     try:
-        root = yaml.compose(text)
+        root = yaml.compose(text, Loader=StrictLoader)
     except yaml.YAMLError:
         return None
     return walk(root, ()) if root is not None else None
 
 
 def _coerce(value: Any, typ: Any, where: str, path: str | None, line: int | None) -> Any:
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-    elif typ is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-    elif typ is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+    """``value`` as ``typ``. Only an int becomes a float and a number a string: a quoted "10" for
+    an int key is an error, not 10 (the quotes say it is text; ``--set key=10`` is a number)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if typ is bool and isinstance(value, bool):
+        return value
+    if typ is int and number and isinstance(value, int):
+        return value
+    if typ is float and number:
+        try:
             return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-    elif typ is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            return str(value)
-    raise UserError(f"{where}: expected {typ.__name__}, got {value!r}", path, line)
+        except OverflowError:  # an int beyond float's range
+            raise UserError(f"{where}: a number beyond float's range", path, line) from None
+    if typ is str and (isinstance(value, str) or number):
+        return str(value)
+    quoted = " (quoted: a string)" if isinstance(value, str) and typ in (int, float, bool) else ""
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    raise UserError(f"{where}: expected {typ.__name__}, got {shown}{quoted}", path, line)
 
 
 def apply_preset(cfg: Config, explicit: set[str], path: str | None = None,
@@ -433,7 +463,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         raise UserError("the config path is empty")
     text = read_small_text(path, SMALL_TEXT_BYTES, "YAML config file")  # no FIFO, no /dev/zero
     try:
-        raw = yaml.safe_load(text)
+        raw = _load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or "malformed YAML"
@@ -467,7 +497,7 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         if not isinstance(raw.setdefault(section, {}), dict):
             raise UserError(f"--set {item}: unknown section {section!r}")
         try:
-            raw[section][name] = yaml.safe_load(value) if value.strip() else ""
+            raw[section][name] = _load_yaml(value) if value.strip() else ""
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or "malformed YAML"
             raise UserError(f"--set {key.strip()}: malformed YAML value {value!r} ({problem})") from None
@@ -513,13 +543,28 @@ BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
 ]
 
 
+# Largest values (a config asking for more is a typo or an attack: 10**30 steps, a million
+# layers); every other whole number is at most INT_MAX.
+INT_MAX = 10**15
+MAXIMA = {"model.layers": 1000, "model.heads": 4096, "model.hidden": 1 << 20, "model.embed": 1 << 20,
+          "model.ff": 1 << 22, "model.max_src_len": 1 << 24, "model.max_positions": 1 << 24,
+          "model.window": 1 << 24, "model.window_segment": 1 << 24, "model.relative_clip": 1 << 24,
+          "data.src_vocab_size": 1 << 27, "data.tgt_vocab_size": 1 << 27, "data.max_len": 1 << 24,
+          "train.accumulate": 1 << 20, "train.threads": 1 << 12, "train.row_groups": 1 << 12,
+          "ngram.order": 64}
+
+
 def check_bounds(cfg: Config, fail: Callable[[str, str], None]) -> None:
-    """Every number finite and in its range (``BOUNDS``): ``fail(key, message)`` for the first
-    that is not. A zero epoch count, vocabulary or length limit would train nothing and exit 0."""
+    """Every number finite and in its range (``BOUNDS``, ``MAXIMA``): ``fail(key, message)`` for
+    the first that is not. A zero epoch count, vocabulary or length limit would train nothing and
+    exit 0; an absurdly large one would allocate or loop without end."""
     for section in ("data", "model", "train", "ngram"):
         for name, value in dataclasses.asdict(getattr(cfg, section)).items():
+            key = f"{section}.{name}"
             if isinstance(value, float) and not math.isfinite(value):
-                fail(f"{section}.{name}", f"must be a finite number, got {value}")
+                fail(key, f"must be a finite number, got {value}")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAXIMA.get(key, INT_MAX):
+                fail(key, f"must be at most {MAXIMA.get(key, INT_MAX)}, got {value:.6g}")
     for key, test, what in BOUNDS:
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)

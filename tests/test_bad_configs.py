@@ -177,8 +177,9 @@ def test_bad_experiment_flags_write_nothing(extra, words, tmp_path, tiny_corpus)
 
 
 def test_a_model_too_large_for_memory_is_a_user_error(tmp_path, tiny_corpus, monkeypatch):
-    """model.hidden=1000000000 was a RuntimeError traceback from the allocator. (The allocation is
-    simulated: a real one might succeed lazily on a machine that overcommits memory.)"""
+    """model.hidden=1000000000 was a RuntimeError traceback from the allocator (now config.MAXIMA refuses it;
+    a million is allowed). The allocation is simulated: a real one might succeed lazily on a machine that
+    overcommits memory."""
     from attnmt.models import seq2seq
 
     def refuse(*args, **kwargs):
@@ -187,5 +188,5 @@ def test_a_model_too_large_for_memory_is_a_user_error(tmp_path, tiny_corpus, mon
 
     monkeypatch.setattr(seq2seq, "Seq2Seq", refuse)
     assert_fails(tmp_path, ["train", str(tiny_corpus.config), "--out", str(tmp_path / "run"), "--set",
-                            "model.hidden=1000000000"],
-                 ("does not fit in memory", "model.hidden=1000000000", "can't allocate memory"))
+                            "model.hidden=1000000"],
+                 ("does not fit in memory", "model.hidden=1000000", "can't allocate memory"))
