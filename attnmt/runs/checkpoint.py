@@ -221,7 +221,8 @@ def weights_path(ckpt_dir: Path, raw: bool = False) -> Path:
     """The weights a checkpoint is used with: the EMA weights when it has them (train.ema), the
     raw ``model.safetensors`` otherwise or when ``raw`` (translate --raw-weights)."""
     ema = ckpt_dir / EMA_FILE
-    return ema if not raw and ema.is_file() else ckpt_dir / "model.safetensors"
+    present = ema.exists() or ema.is_symlink()  # a FIFO or link there is refused by load_weights
+    return ema if not raw and present else ckpt_dir / "model.safetensors"
 
 
 def load_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
