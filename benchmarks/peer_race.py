@@ -299,7 +299,8 @@ def race_ct2(peer: str, bin_dir: Path, ckpt: Path, data: Path, run_dir: Path, th
         out[kind] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
                      **scored_pieces(hyp_sp, data, refs), **info}
         print(f"  ctranslate2 {kind}: {took:.1f} s ({info['compute_type']}, intra_threads "
-              f"{info['intra_threads']}, ISA {info['isa']}, {info['cpu_s']} CPU s)", flush=True)
+              f"{info['intra_threads']} ({info['busy_threads']} busy), ISA {info['isa']}, {info['cpu_s']} CPU s)",
+              flush=True)
     return out
 
 

@@ -7,7 +7,9 @@ ctranslate2 and, to convert, the peer's own package; nothing of attnmt).
 
 ``convert``: OpenNMT-py Transformer checkpoints through ``converters.opennmt_py.OpenNMTPyConverter``
 (its ``torch.load`` is given ``weights_only=False`` for this trusted checkpoint: torch >= 2.6
-refuses OpenNMT-py's pickled options otherwise), eole checkpoints (a ``step_N`` folder) through
+refuses OpenNMT-py's pickled options otherwise; its default ``self_attn_type: scaled-dot-flash``,
+the same attention computed by torch's fused kernel, is passed on as ``scaled-dot``, the one name
+the converter accepts), eole checkpoints (a ``step_N`` folder) through
 ``converters.eole_ct2.EoleConverter``; the weights are stored in float32, and the compute type is
 chosen when the model is loaded. ``translate``: the whole test set in one ``translate_batch``
 call (beam 5, batches of 64 examples, as the race's other translators) — the race times this
@@ -34,7 +36,16 @@ def convert(peer: str, ckpt: str, out: str) -> None:
         from ctranslate2.converters.opennmt_py import OpenNMTPyConverter
 
         load = torch.load
-        torch.load = lambda *a, **k: load(*a, **{**k, "weights_only": False})  # trusted: the race's own
+
+        def trusted_load(*a, **k):  # the race's own checkpoint: its pickled options may load
+            ckpt = load(*a, **{**k, "weights_only": False})
+            opt = ckpt.get("opt") if isinstance(ckpt, dict) else None
+            if getattr(opt, "self_attn_type", None) == "scaled-dot-flash":
+                opt.self_attn_type = "scaled-dot"  # the same attention (torch's fused kernel for it),
+                # which the converter names only by its plain name
+            return ckpt
+
+        torch.load = trusted_load
         try:
             OpenNMTPyConverter(ckpt).convert(out, force=True)
         finally:
