@@ -52,10 +52,13 @@ What it does, on the machine it runs on:
 7. **CTranslate2** (Transformer only; CTranslate2 converts no RNN): the peer's evaluated checkpoint
    converted (not timed), then ``race_ct2.py translate`` run with the peer's venv Python as its own
    process, timed from outside (start-up and model loading included), once per compute type of
-   ``--ct2`` (``float32``, ``int8`` = int8 weights and float32 activations on CPU), with
-   ``intra_threads`` = the race's threads, beam 5, batches of 64: ``ct2[TYPE]`` = {translate_s,
-   bleu, chrf, compute_type, intra_threads, isa, cpu_s}. Its best verified configuration on an
-   AVX-512 / AMX CPU is documented in docs/results/race.md ("CTranslate2 on this CPU").
+   ``--ct2`` (``float32``, ``int8`` = int8 weights and float32 activations on CPU) and thread
+   layout, beam 5, batches of 64: ``ct2[TYPE]`` with ``intra_threads`` = the race's threads (one
+   translation on all of them), ``ct2[TYPE-inter]`` with ``inter_threads`` = the race's threads
+   and one thread each (batches translated at once, as attnmt's ``--workers``; the faster layout
+   on 2 vCPUs, docs/results/race.md "CTranslate2 on this CPU"). Each is {translate_s, bleu,
+   chrf, compute_type, intra_threads, inter_threads, busy_threads, isa, cpu_s}; the ratio row's
+   ``ct2_best`` names the fastest.
 
 The last line printed is one JSON object ``{"model": m, "peer": p, "recipe": r, "budget": s,
 "threads": n, "rows": [{"size": 512, "attnmt": {...}, PEER: {...}, "ratio": {...}}, ...]}``. Each
@@ -282,25 +285,39 @@ def race_peer(peer: str, model: str, bin_dir: Path, data: Path, run_dir: Path, b
     return result
 
 
+CT2_LAYOUTS = ("intra", "inter")  # threads of one translation | translations at once, one thread each
+
+
+def ct2_threads(layout: str, threads: int) -> tuple[int, int]:
+    """(intra_threads, inter_threads) of a CTranslate2 layout: "intra" gives one translation
+    all the race's threads (the issue's setting), "inter" runs that many batches at once on one
+    thread each (as attnmt translate's --workers): on 2 vCPUs the faster one (race.md)."""
+    return (threads, 1) if layout == "intra" else (1, threads)
+
+
 def race_ct2(peer: str, bin_dir: Path, ckpt: Path, data: Path, run_dir: Path, threads: int, types: list[str],
              refs: list[str]) -> dict:
-    """CTranslate2 on the peer's checkpoint: converted once, then one timed process per compute type."""
+    """CTranslate2 on the peer's checkpoint: converted once, then one timed process per compute
+    type and thread layout (keys TYPE for "intra", TYPE-inter for "inter")."""
     python = str(bin_dir / "python")
     env = peer_env(peer, threads)
     ct2_dir = run_dir / "ct2"
     run([python, str(CT2_SCRIPT), "convert", "--peer", peer, str(ckpt), str(ct2_dir)], run_dir / "ct2_convert.log", env)
     out = {}
     for kind in types:
-        hyp_sp = run_dir / f"test.ct2-{kind}.hyp.sp"
-        log = run_dir / f"ct2-{kind}.log"
-        took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
-                    "--compute-type", kind, "--threads", str(threads)], log, env)
-        info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
-        out[kind] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
-                     **scored_pieces(hyp_sp, data, refs), **info}
-        print(f"  ctranslate2 {kind}: {took:.1f} s ({info['compute_type']}, intra_threads "
-              f"{info['intra_threads']} ({info['busy_threads']} busy), ISA {info['isa']}, {info['cpu_s']} CPU s)",
-              flush=True)
+        for layout in CT2_LAYOUTS:
+            name = kind if layout == "intra" else f"{kind}-inter"
+            intra, inter = ct2_threads(layout, threads)
+            hyp_sp = run_dir / f"test.ct2-{name}.hyp.sp"
+            log = run_dir / f"ct2-{name}.log"
+            took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
+                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter)], log, env)
+            info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
+            out[name] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
+                         **scored_pieces(hyp_sp, data, refs), **info}
+            print(f"  ctranslate2 {name}: {took:.1f} s ({info['compute_type']}, intra_threads {intra}, "
+                  f"inter_threads {inter}, {info['busy_threads']} busy threads, ISA {info['isa']}, "
+                  f"{info['cpu_s']} CPU s)", flush=True)
     return out
 
 

@@ -72,12 +72,12 @@ def thread_cpu_seconds() -> list[float]:
 
 
 def translate(model: str, src: str, hyp: str, compute_type: str, threads: int, beam: int, batch: int,
-              max_length: int) -> dict:
+              max_length: int, inter: int = 1) -> dict:
     import ctranslate2
 
     start = time.perf_counter()
     translator = ctranslate2.Translator(model, device="cpu", compute_type=compute_type,
-                                        intra_threads=threads, inter_threads=1)
+                                        intra_threads=threads, inter_threads=inter)
     with open(src, encoding="utf-8") as f:
         pieces = [line.split() for line in f]
     results = translator.translate_batch(pieces, beam_size=beam, max_batch_size=batch, batch_type="examples",
@@ -88,7 +88,7 @@ def translate(model: str, src: str, hyp: str, compute_type: str, threads: int, b
     use = resource.getrusage(resource.RUSAGE_SELF)
     per_thread = thread_cpu_seconds()
     busy = [t for t in per_thread if per_thread and t >= 0.25 * per_thread[0]]
-    return {"compute_type": translator.compute_type, "intra_threads": threads,
+    return {"compute_type": translator.compute_type, "intra_threads": threads, "inter_threads": inter,
             "isa": os.environ.get("CT2_FORCE_CPU_ISA", "auto"), "ctranslate2": ctranslate2.__version__,
             "in_process_s": round(time.perf_counter() - start, 2), "cpu_s": round(use.ru_utime + use.ru_stime, 2),
             "busy_threads": len(busy), "thread_cpu_s": [round(t, 2) for t in per_thread[:4]],
@@ -111,12 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--beam", type=int, default=5)
     t.add_argument("--batch", type=int, default=64)
     t.add_argument("--max-length", type=int, default=250)
+    t.add_argument("--inter", type=int, default=1, help="inter_threads: batches translated at once")
     args = ap.parse_args(argv)
     if args.command == "convert":
         convert(args.peer, args.ckpt, args.out)
         return 0
     print(json.dumps(translate(args.model, args.src, args.hyp, args.compute_type, args.threads, args.beam,
-                               args.batch, args.max_length)))
+                               args.batch, args.max_length, args.inter)))
     return 0
 
 

@@ -103,3 +103,16 @@ def test_gold_score_is_read_or_refused(tmp_path):
     log.write_text("nothing\n", encoding="utf-8")
     with pytest.raises(race_peers.RaceError, match="GOLD"):
         race_peers.gold_logprob(log)
+
+
+def test_ratios_name_the_fastest_ctranslate2_layout():
+    import peer_race
+
+    assert peer_race.ct2_threads("intra", 2) == (2, 1) and peer_race.ct2_threads("inter", 2) == (1, 2)
+    row = {"attnmt": {"tgt_tok_s": 3000.0, "translate_s": 20.0, "bleu": 15.0},
+           "opennmt": {"tgt_tok_s": 2000.0, "translate_s": 45.0, "bleu": 14.0,
+                       "ct2": {"float32": {"translate_s": 42.0}, "int8-inter": {"translate_s": 30.0}}}}
+    r = peer_race.ratios(row, "opennmt")
+    assert (r["tgt_tok_s"], r["translate_speed"], r["bleu_diff"]) == (1.5, 2.25, 1.0)
+    assert r["ct2_best"] == "int8-inter" and r["translate_speed_vs_ct2"] == 1.5
+    assert "translate_speed_int8" not in r  # the Transformer has no --int8 row (yet)
