@@ -7,10 +7,15 @@
 Every key is declared below with its default; unknown keys, wrongly typed values and (``validate``)
 values outside a key's choices or bounds are user errors that name the file, line and key.
 ``--set section.key=value`` overrides from the command line.
+
+The ``model:`` section is per family: ``model.type`` picks ``LSTMConfig`` (Luong et al.) or
+``TransformerConfig``, each with its own keys and its own ``check``; a key of the other family is
+an error saying whose it is ("model.window_mask applies to model.type transformer, not lstm").
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import re
@@ -49,9 +54,17 @@ class DataConfig:
     spm_alpha: float = 0.0
 
 
+# -- model: one config per family; ``model.type`` picks it ---------------------------------------
+# Both families share type, layers, hidden and dropout (same defaults as ever). Every other key
+# belongs to one family: naming it for the other is an error that says so (a saved run's
+# config.yaml from before the split lists both families' keys at their defaults: those are read
+# and dropped).
 @dataclass
-class ModelConfig:
-    type: str = "lstm"  # lstm | transformer
+class LSTMConfig:
+    """Luong et al. (2015): stacked LSTMs with global or local attention (models/seq2seq.py,
+    models/lm.py)."""
+
+    type: str = "lstm"
     layers: int = 4
     hidden: int = 1000
     embed: int = 1000
@@ -64,7 +77,48 @@ class ModelConfig:
     window: int = 10  # local attention half-width D
     sigma: float = 0.0  # local Gaussian σ; 0 means D/2
     local_composition: str = "paper"  # paper (normalise, then weight) | inside (weight in softmax)
-    # -- transformer (type: transformer; hidden = d_model, embed is unused; init_uniform ignored) --
+    tie_output: bool = True  # LM: output projection = input embedding (when embed == hidden)
+
+    @property
+    def location(self) -> bool:
+        """Global attention with the location score, a_t = softmax(W_a h_t), which covers the
+        first ``max_src_len`` source positions only."""
+        return self.attention == "global" and self.score == "location"
+
+    def source_limit(self) -> int | None:
+        """Source pieces a model reads (longer sources are cut); None = all."""
+        return self.max_src_len if self.location else None
+
+    def check(self, task: str, fail: Callable[[str, str], None]) -> None:
+        """This family's choices and combinations (the attention module's own constants)."""
+        from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
+        from attnmt.attention.local_attention import COMPOSITIONS
+
+        for key, allowed in (("attention", ATTENTIONS), ("score", SCORES),
+                             ("local_composition", COMPOSITIONS)):
+            if getattr(self, key) not in allowed:
+                fail(f"model.{key}", f"must be one of {', '.join(allowed)}, not {getattr(self, key)!r}")
+        if self.attention in LOCAL_MODES:
+            if self.score == "location":
+                fail("model.score", f"location is a global-attention score; {self.attention} needs a content score")
+            if self.window < 0:
+                fail("model.window", f"must be >= 0, got {self.window}")
+            if self.attention == "local-p" and self.window == 0 and self.sigma <= 0:
+                fail("model.window", "must be >= 1 for local-p unless model.sigma is set (σ = D/2 would be 0)")
+        if self.bidirectional and self.hidden % 2:
+            fail("model.hidden", f"({self.hidden}) must be even for a bidirectional encoder (hidden/2 per direction)")
+
+
+@dataclass
+class TransformerConfig:
+    """Vaswani et al. (2017) with per-kind attention variants: relative positions, localness and
+    Nguyen et al. (2020)'s differentiable windows (models/transformer.py, models/classifier.py).
+    ``hidden`` is d_model; train.init_uniform is ignored."""
+
+    type: str = "transformer"
+    layers: int = 4
+    hidden: int = 1000
+    dropout: float = 0.2
     heads: int = 4  # attention heads; hidden must be a multiple
     ff: int = 1024  # feed-forward inner size
     norm: str = "pre"  # pre (LN before each sub-layer, final LN) | post (Vaswani et al.)
@@ -90,15 +144,49 @@ class ModelConfig:
     #                              values (attention/window.PRESETS); naming one of them otherwise is an error
     relative_clip: int = 16  # Shaw et al. clipping distance k
 
-    @property
-    def location(self) -> bool:
-        """Global attention with the location score, a_t = softmax(W_a h_t), which covers the
-        first ``max_src_len`` source positions only."""
-        return self.attention == "global" and self.score == "location"
+    location = False  # no location score: sources are read whole
 
     def source_limit(self) -> int | None:
-        """Source pieces a model reads (longer sources are cut); None = all."""
-        return self.max_src_len if self.location else None
+        return None
+
+    def check(self, task: str, fail: Callable[[str, str], None]) -> None:
+        """This family's choices; each attention variant checks the options it reads."""
+        from attnmt.attention.multihead import VARIANTS, unit_of
+        from attnmt.attention.window import ABLATIONS, MASKS, POINTERS, PRESETS
+
+        for key, allowed in (("norm", ("pre", "post")), ("positions", ("sinusoidal", "learned", "none")),
+                             ("window_mask", MASKS + ABLATIONS), ("window_preset", tuple(PRESETS)),
+                             ("window_pointers", POINTERS),
+                             *((kind, VARIANTS) for kind in ATTENTION_KINDS["translate"])):
+            if getattr(self, key) not in allowed:
+                fail(f"model.{key}", f"must be one of {', '.join(allowed)}, not {getattr(self, key)!r}")
+        if self.heads < 1 or self.hidden % self.heads:
+            fail("model.hidden", f"({self.hidden}) must be a multiple of model.heads ({self.heads})")
+        for kind in ATTENTION_KINDS[task]:
+            unit_of(getattr(self, kind)).check(self, kind, fail)
+
+
+FAMILIES: dict[str, type] = {"lstm": LSTMConfig, "transformer": TransformerConfig}
+
+
+class ModelConfig(abc.ABC):
+    """The ``model:`` section: ``ModelConfig(type=..., **keys)`` makes the family's config
+    (``LSTMConfig`` or ``TransformerConfig``), and both are ModelConfigs for isinstance and hints."""
+
+    def __new__(cls, type: str = "lstm", **keys: Any):  # noqa: A002 (the key's name)
+        if type not in FAMILIES:
+            raise UserError(f"model.type must be one of {', '.join(FAMILIES)}, not {type!r}")
+        return FAMILIES[type](type=type, **keys)
+
+
+for _family in FAMILIES.values():
+    ModelConfig.register(_family)
+
+
+def family_of_key(key: str) -> str | None:
+    """The one family a model key belongs to (None: shared by both, or no model key)."""
+    owners = [name for name, cls in FAMILIES.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    return owners[0] if len(owners) == 1 else None
 
 
 @dataclass
@@ -171,7 +259,7 @@ TASKS = ("translate", "lm", "classify")
 class Config:
     task: str = "translate"  # translate | lm | classify
     data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: LSTMConfig | TransformerConfig = field(default_factory=LSTMConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     ngram: NgramConfig = field(default_factory=NgramConfig)
 
@@ -179,13 +267,11 @@ class Config:
         return dataclasses.asdict(self)
 
 
-# Choices that are settings of one module each; the attention choices (model.attention,
-# model.score, the Transformer variants and their options) are read from attnmt/attention.
+# Choices that are settings of one module each; the model family's own choices (attention,
+# score, the Transformer variants and their options) are checked by its config's ``check``.
 CHOICES = {
     "data.tokenizer": ("word", "bpe", "unigram"),
-    "model.type": ("lstm", "transformer"),
-    "model.norm": ("pre", "post"),
-    "model.positions": ("sinusoidal", "learned", "none"),
+    "model.type": tuple(FAMILIES),
     "train.optimizer": ("sgd", "adam"),
     "train.batch_by": ("sents", "tokens"),
     "train.loss_norm": ("sents", "tokens"),
@@ -207,10 +293,6 @@ Where = Callable[[str], "tuple[str | None, int | None]"]
 def validate(cfg: Config, where: Where | None = None) -> Config:
     """Check every choice and bound of ``cfg``. A UserError names the key and, through ``where``
     (key -> (file, line) it was set in), the file and line; returns ``cfg``."""
-    from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
-    from attnmt.attention.local_attention import COMPOSITIONS
-    from attnmt.attention.multihead import VARIANTS, unit_of
-    from attnmt.attention.window import ABLATIONS, MASKS, POINTERS, PRESETS
 
     def fail(key: str, message: str) -> None:
         raise UserError(f"{key} {message}", *(where(key) if where else (None, None)))
@@ -220,11 +302,7 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
         return getattr(getattr(cfg, section), name)
 
     m = cfg.model
-    choices = {**CHOICES, "model.attention": ATTENTIONS, "model.score": SCORES,
-               "model.local_composition": COMPOSITIONS, "model.window_mask": MASKS + ABLATIONS,
-               "model.window_preset": tuple(PRESETS), "model.window_pointers": POINTERS,
-               **{f"model.{kind}": VARIANTS for kind in ATTENTION_KINDS["translate"]}}
-    for key, allowed in choices.items():
+    for key, allowed in CHOICES.items():
         if value(key) not in allowed:
             fail(key, f"must be one of {', '.join(allowed)}, not {value(key)!r}")
     for key in ("train.batch_size", "train.accumulate", "model.hidden", "model.layers"):
@@ -232,20 +310,9 @@ def validate(cfg: Config, where: Where | None = None) -> Config:
             fail(key, f"must be at least 1, got {value(key)}")
     if cfg.task == "classify" and m.type != "transformer":
         fail("model.type", "must be transformer for task: classify (an encoder classifier)")
-    if m.type == "lstm" and m.attention in LOCAL_MODES:
-        if m.score == "location":
-            fail("model.score", f"location is a global-attention score; {m.attention} needs a content score")
-        if m.window < 0:
-            fail("model.window", f"must be >= 0, got {m.window}")
-        if m.attention == "local-p" and m.window == 0 and m.sigma <= 0:
-            fail("model.window", "must be >= 1 for local-p unless model.sigma is set (σ = D/2 would be 0)")
-    if m.type == "lstm" and m.bidirectional and m.hidden % 2:
-        fail("model.hidden", f"({m.hidden}) must be even for a bidirectional encoder (hidden/2 per direction)")
-    if m.type == "transformer":
-        if m.heads < 1 or m.hidden % m.heads:
-            fail("model.hidden", f"({m.hidden}) must be a multiple of model.heads ({m.heads})")
-        for kind in ATTENTION_KINDS[cfg.task]:
-            unit_of(getattr(m, kind)).check(m, kind, fail)
+    if type(m) is not FAMILIES[m.type]:  # a config made in code, its type changed afterwards
+        fail("model.type", f"is {m.type!r} but the model section is a {type(m).__name__}")
+    m.check(cfg.task, fail)
     check_ngram(cfg.ngram.mode, cfg.ngram.alpha, cfg.ngram.anneal_steps, cfg.ngram.lam, fail)
     if cfg.ngram.order < 1:
         fail("ngram.order", f"must be >= 1, got {cfg.ngram.order}")
@@ -407,6 +474,8 @@ def apply_preset(cfg: Config, explicit: set[str], path: str | None = None,
     be the preset, and an ablation says so by leaving the preset out."""
     from attnmt.attention.window import PRESETS
 
+    if not isinstance(cfg.model, TransformerConfig):
+        return cfg
     preset = PRESETS.get(cfg.model.window_preset)  # an unknown name: validate reports it
     for key, value in (preset or {}).items():
         if f"model.{key}" in explicit and getattr(cfg.model, key) != value:
@@ -415,6 +484,31 @@ def apply_preset(cfg: Config, explicit: set[str], path: str | None = None,
                             path, (lines or {}).get(("model", key)))
         setattr(cfg.model, key, value)
     return cfg
+
+
+def _model_section(body: dict, path: str | None, lines: dict[tuple[str, ...], int]
+                   ) -> LSTMConfig | TransformerConfig:
+    """The ``model:`` mapping as its family's config (``type`` picks it, default lstm). A key of
+    the other family is an error naming it, unless it holds that family's default (a config.yaml
+    saved before the split lists every key)."""
+    kind = body.get("type", "lstm")
+    if kind not in FAMILIES:
+        raise UserError(f"model.type must be one of {', '.join(FAMILIES)}, not {kind!r}",
+                        path, lines.get(("model", "type")))
+    model = FAMILIES[kind]()
+    hints = typing.get_type_hints(type(model))
+    for key, value in body.items():
+        where = lines.get(("model", key))
+        if key in hints:
+            setattr(model, key, _coerce(value, hints[key], f"model.{key}", path, where))
+            continue
+        owner = family_of_key(key)
+        if owner is None:
+            raise UserError(f"unknown key model.{key} (known: {', '.join(hints)})", path, where)
+        other = FAMILIES[owner]
+        if _coerce(value, typing.get_type_hints(other)[key], f"model.{key}", path, where) != getattr(other(), key):
+            raise UserError(f"model.{key} applies to model.type {owner}, not {kind}", path, where)
+    return model
 
 
 def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[str] | None = None) -> Config:
@@ -441,6 +535,9 @@ def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[s
             continue
         if not isinstance(body, dict):
             raise UserError(f"section {name!r} must be a mapping", path, lines.get((name,)))
+        if name == "model":
+            cfg.model = _model_section(body, path, lines)
+            continue
         section = getattr(cfg, name)
         hints = typing.get_type_hints(type(section))
         for key, value in body.items():
@@ -503,6 +600,14 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
             raise UserError(f"--set {key.strip()}: malformed YAML value {value!r} ({problem})") from None
     # only the overridden keys are the user's here: the others hold cfg's values (a preset's included)
     explicit = {item.partition("=")[0].strip() for item in overrides}
+    family = FAMILIES.get(raw["model"].get("type")) if isinstance(raw.get("model"), dict) else None
+    if family is not None:  # --set model.type=...: the old family's keys the user did not set go
+        own = {f.name for f in dataclasses.fields(family)}
+        for key in sorted(k for k in explicit if k.startswith("model.") and k[6:] not in own):
+            owner = family_of_key(key[6:])
+            if owner is not None:  # (an unknown key: from_dict names it)
+                raise UserError(f"{key} applies to model.type {owner}, not {raw['model']['type']}", "--set")
+        raw["model"] = {k: v for k, v in raw["model"].items() if k in own or f"model.{k}" in explicit}
     return from_dict(raw, "--set", explicit=explicit)
 
 
@@ -567,6 +672,8 @@ def check_bounds(cfg: Config, fail: Callable[[str, str], None]) -> None:
                 fail(key, f"must be at most {MAXIMA.get(key, INT_MAX)}, got {value:.6g}")
     for key, test, what in BOUNDS:
         section, name = key.split(".")
+        if not hasattr(getattr(cfg, section), name):
+            continue  # the other model family's key
         value = getattr(getattr(cfg, section), name)
         if not test(value):
             fail(key, f"must be {what}, got {value!r}")

@@ -30,16 +30,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from attnmt.config import Config
+from attnmt.config import Config, ModelConfig
 from attnmt.models import build_model
 
 VARIANTS = ["standard", "relative", "localness", "window-mul", "window-add", "window-mul-seg", "window-add-seg"]
 
 
 def make_model(args, variant: str, device):
-    cfg = Config()
+    cfg = Config(model=ModelConfig(type="transformer"))
     m = cfg.model
-    m.type, m.layers, m.hidden, m.heads, m.ff, m.dropout = "transformer", args.layers, args.hidden, args.heads, args.ff, 0.1
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = args.layers, args.hidden, args.heads, args.ff, 0.1
     m.attention_layers = min(3, args.layers) if args.placement == "reference" else 0
     m.enc_self_attention = variant
     m.cross_attention = "standard" if variant == "relative" else variant

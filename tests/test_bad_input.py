@@ -85,7 +85,8 @@ def _double_hidden(run: Path) -> None:
 
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     cfg["model"]["hidden"] *= 2
-    cfg["model"]["embed"] *= 2
+    if "embed" in cfg["model"]:  # an LSTM's (a Transformer's config has no embed)
+        cfg["model"]["embed"] *= 2
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnmt.config import Config
+from attnmt.config import Config, ModelConfig
 from attnmt.data.vocab import BOS, EOS, PAD
 from attnmt.decode.search import beam_search, greedy_search
 from attnmt.errors import UserError
@@ -19,10 +19,10 @@ VARIANTS = ("standard", "relative", "localness", "window-mul", "window-add", "wi
 
 
 def _cfg(task="translate", **model):
-    cfg = Config()
+    cfg = Config(model=ModelConfig(type="transformer"))
     cfg.task = task
     m = cfg.model
-    m.type, m.layers, m.hidden, m.heads, m.ff, m.dropout = "transformer", 2, 16, 4, 32, 0.0
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = 2, 16, 4, 32, 0.0
     m.window_segment = 2
     for k, v in model.items():
         setattr(m, k, v)

@@ -10,7 +10,7 @@ from attnmt.attention.localness import GaussianLocalness
 from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.attention.relative import RelativePositions
 from attnmt.attention.window import BoundaryPointers, soft_window_mask
-from attnmt.config import Config
+from attnmt.config import Config, ModelConfig
 from attnmt.models import build_model
 from attnmt.models.transformer import set_variants
 
@@ -199,10 +199,10 @@ def test_disabled_variant_is_the_plain_transformer_bit_for_bit(variant):
 
 
 def _tiny_cfg(task="translate"):
-    cfg = Config()
+    cfg = Config(model=ModelConfig(type="transformer"))
     cfg.task = task
     m = cfg.model
-    m.type, m.layers, m.hidden, m.heads, m.ff, m.dropout = "transformer", 2, 16, 4, 32, 0.0
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = 2, 16, 4, 32, 0.0
     m.window_segment = 2
     return cfg
 

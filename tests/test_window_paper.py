@@ -25,7 +25,7 @@ import torch
 
 from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.attention.window import PRESETS, InputPointers
-from attnmt.config import Config, apply_overrides, load_config
+from attnmt.config import Config, ModelConfig, apply_overrides, load_config
 from attnmt.errors import UserError
 from attnmt.models import build_model
 
@@ -151,9 +151,9 @@ def test_preset_refuses_a_contradicting_key_with_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("variant", ["window-add-seg", "window-mul"])
 def test_paper_preset_decodes_incrementally_as_in_training(variant):
-    cfg = Config()
+    cfg = Config(model=ModelConfig(type="transformer"))
     m = cfg.model
-    m.type, m.layers, m.hidden, m.heads, m.ff, m.dropout = "transformer", 2, 16, 4, 32, 0.0
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = 2, 16, 4, 32, 0.0
     m.enc_self_attention = m.cross_attention = m.dec_self_attention = variant
     m.window_preset, m.attention_layers = "paper", 1
     cfg = apply_overrides(cfg, [])  # applies the preset

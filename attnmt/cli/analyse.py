@@ -144,7 +144,8 @@ def run_heatmap(args: argparse.Namespace) -> int:
     found = sentence_attention(member, args.input, args.target, args.beam, args.timing)
     with output_group():  # --out and --csv: both files or, on a failure, neither
         plot_heatmap(found.rows, found.src_pieces, found.tgt_pieces, args.out,
-                     f"{member.cfg.model.attention} ({member.cfg.model.score}), timing: {found.timing}")
+                     f"{getattr(member.cfg.model, 'attention', 'transformer')} "
+                     f"({getattr(member.cfg.model, 'score', 'scaled-dot')}), timing: {found.timing}")
         if args.csv:
             with atomic_output(args.csv, newline="") as f:
                 writer = csv.writer(f)

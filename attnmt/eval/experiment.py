@@ -129,7 +129,7 @@ _REUSE_KEYS = (
 
 def _setting(cfg: Config, key: str):
     section, name = key.split(".")
-    value = getattr(getattr(cfg, section), name)
+    value = getattr(getattr(cfg, section), name, None)  # None: the other model family's key
     return str(Path(value).absolute()) if key in ("data.train", "data.dev") and value else value
 
 

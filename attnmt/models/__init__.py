@@ -19,7 +19,7 @@ def build_model(cfg: Config, src_vocab: int, tgt_vocab: int) -> nn.Module:
             raise
         m = cfg.model
         raise UserError(f"the model does not fit in memory (model.layers={m.layers}, model.hidden="
-                        f"{m.hidden}, model.embed={m.embed}, vocabularies {src_vocab} and {tgt_vocab}): "
+                        f"{m.hidden}, model.embed={getattr(m, 'embed', m.hidden)}, vocabularies {src_vocab} and {tgt_vocab}): "
                         f"{text.strip().splitlines()[-1][:160] if text.strip() else 'MemoryError'}") from None
 
 

@@ -449,8 +449,9 @@ def create_app(
                     tokenizer=cfg.data.tokenizer,
                     layers=cfg.model.layers,
                     hidden=cfg.model.hidden,
-                    attention=cfg.model.attention,
-                    score=cfg.model.score,
+                    # an LSTM's attention and score; a Transformer's cross-attention variant
+                    attention=getattr(cfg.model, "attention", None) or cfg.model.cross_attention,
+                    score=getattr(cfg.model, "score", "scaled-dot"),
                     has_attention=bool(getattr(m.translator.model, "has_attention", False)),
                     device=str(m.translator.device),
                     precision=m.precision,
