@@ -29,9 +29,10 @@ def make_run(
     """A run directory (config, word vocabularies, checkpoints at ``steps``) of a small random model."""
     run = root / name
     run.mkdir(parents=True, exist_ok=True)
+    transformer = "model.type=transformer" in (overrides or [])  # it has no model.embed
     cfg = apply_overrides(Config(), [
-        "model.layers=1", "model.hidden=16", "model.embed=16", "model.dropout=0.0",
-        "data.src=en", "data.tgt=es", *(overrides or []),
+        "model.layers=1", "model.hidden=16", *([] if transformer else ["model.embed=16"]),
+        "model.dropout=0.0", "data.src=en", "data.tgt=es", *(overrides or []),
     ])
     src_tok = WordTokenizer.build(src_lines or SRC, lang="en")
     tgt_tok = WordTokenizer.build(tgt_lines or TGT, lang="es")
