@@ -46,7 +46,7 @@ _KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCH
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
 
 
-def _not_regular(mode: int) -> str | None:
+def kind_of(mode: int) -> str | None:
     """What a file of ``mode`` is, if it is not a regular file."""
     for test, name in _KINDS:
         if test(mode):
@@ -77,7 +77,7 @@ def check_regular(path: str | os.PathLike, what: str = "file") -> str:
         raise UserError("permission denied", path) from None
     except OSError as err:  # a name too long, a loop of links
         raise UserError(f"cannot be read ({err.strerror or err})", path) from None
-    kind = _not_regular(mode)
+    kind = kind_of(mode)
     if kind:
         raise _refuse(kind, path, what)
     return path
@@ -95,7 +95,7 @@ def open_regular(path: str | os.PathLike, what: str = "file") -> BinaryIO:
         raise UserError("permission denied", path) from None
     except OSError as err:
         raise UserError(f"cannot be read ({err.strerror or err})", path) from None
-    kind = _not_regular(os.fstat(fd).st_mode)
+    kind = kind_of(os.fstat(fd).st_mode)
     if kind:
         os.close(fd)
         raise _refuse(kind, path, what)

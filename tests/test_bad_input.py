@@ -140,7 +140,7 @@ BAD_RUNS = [
     ("weights-int", lambda r: _each_weights(r, _int_weights), "", ("weights do not fit", "int64")),
     ("weights-misfit", lambda r: _double_hidden(r), "", ("weights do not fit",)),
     ("vocab-misfit", lambda r: (r / "tgt.vocab").write_text((r / "tgt.vocab").read_text() + "extra\n"),
-     "", ("weights do not fit",)),
+     "tgt.vocab", ("entries", "the weights'")),
 ]
 
 # -- text inputs of every command -------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from attnmt.data.corpus import atomic_output, output_group
 from attnmt.errors import UserError
+from attnmt.files import open_regular
 
 MANIFEST = "manifest.json"
 
@@ -38,9 +39,9 @@ def sha256_file(path: str | Path) -> str:
 def read_manifest(out_dir: str | Path) -> dict | None:
     """The manifest in ``out_dir``, or None if there is none a builder could have written."""
     try:
-        with open(Path(out_dir) / MANIFEST, encoding="utf-8") as f:
+        with open_regular(Path(out_dir) / MANIFEST, "manifest") as f:  # no FIFO, no device
             man = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, UserError):
         return None
     ok = isinstance(man, dict) and isinstance(man.get("config"), dict) and isinstance(man.get("files"), dict)
     return man if ok else None
@@ -64,7 +65,7 @@ def is_complete(out_dir: str | Path, config: dict) -> bool:
 
 def _same_bytes(path: Path, data: bytes) -> bool:
     try:
-        return path.stat().st_size == len(data) and path.read_bytes() == data
+        return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
     except OSError:
         return False
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 import errno
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from attnmt.errors import UserError
-from attnmt.files import check_regular, open_regular
+from attnmt.files import check_regular, kind_of, open_regular
 
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}  # a write that failed
 MAX_LINE_BYTES = 1_000_000  # a "line" longer than this is a wrong or binary file, not a sentence
@@ -165,7 +166,28 @@ def check_output(
     for other in inputs:
         if other is not None and _same_file(path, other):
             raise UserError(f"{what}would overwrite the input {other}", str(path))
+    _check_replaceable(path, what)
     return path
+
+
+def _check_replaceable(path: Path, what: str) -> None:
+    """An output is written under a temporary name and renamed into place, which replaces
+    whatever node is there: a symbolic link, a FIFO or a device (as root, /dev/null itself) would
+    become a regular file. So only a regular file (or nothing) is accepted; /dev/stdout and
+    /dev/null are refused too (leave the option out to write to stdout; redirect that)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as err:
+        raise UserError(f"{what}cannot be written ({err.strerror or err})", str(path)) from None
+    if stat.S_ISLNK(mode):
+        raise UserError(f"{what}is a symbolic link; writing would replace the link with a file: give "
+                        "the path of a regular file", str(path))
+    if not stat.S_ISREG(mode):
+        kind = kind_of(mode) or "not a regular file"
+        raise UserError(f"{what}is {kind}, not a regular file; an output would replace it (to write to "
+                        "stdout, leave the option out where the command allows it)", str(path))
 
 
 @contextmanager

@@ -163,6 +163,27 @@ def load_weights_into(model: nn.Module, weights: dict[str, torch.Tensor], where:
         raise UserError(f"weights do not fit the config ({detail[:240]})", where) from None
 
 
+def check_vocabulary_sizes(model: nn.Module, weights: dict[str, torch.Tensor], run_dir: str | Path,
+                           src_tok: Tokenizer | None, tgt: Tokenizer | LabelSet) -> None:
+    """A vocabulary file whose size disagrees with the weights (one of another run, or edited)
+    named as the culprit: a tensor of another shape whose differing dimensions all have that
+    vocabulary's size in the model. (load_weights_into would only say the shapes differ.)"""
+    expected = model.state_dict()
+    run_dir = Path(run_dir)
+    sides = [(n, tok) for n, tok in (("src", src_tok), ("tgt", tgt)) if tok is not None]
+    for name, tensor in weights.items():
+        want = expected.get(name)
+        if want is None or want.dim() != tensor.dim() or want.shape == tensor.shape:
+            continue
+        differ = [i for i in range(want.dim()) if want.shape[i] != tensor.shape[i]]
+        for side, tok in sides:
+            if all(want.shape[i] == len(tok) for i in differ):
+                files = ["labels.txt"] if isinstance(tok, LabelSet) else [f"{side}.spm.model", f"{side}.vocab"]
+                file = next((run_dir / f for f in files if (run_dir / f).exists()), run_dir / files[-1])
+                raise UserError(f"has {len(tok)} entries, but the weights' {name} has "
+                                f"{tensor.shape[differ[0]]} (a vocabulary of another run, or edited?)", str(file))
+
+
 def load_run(
     run_dir: str | Path,
     checkpoint: str = "best",
@@ -184,6 +205,7 @@ def load_run(
     ckpt = find_checkpoint(run_dir, checkpoint)
     path = weights_path(ckpt, raw_weights)
     weights = load_weights(path)
+    check_vocabulary_sizes(model, weights, run_dir, src_tok, tgt)
     if cfg.task != "classify":
         model = attach_ngram(model, cfg, run_dir, tgt, step=checkpoint_step(ckpt))  # the run's n-gram
         model = override(model, cfg, tgt, ngram, alpha)

@@ -17,7 +17,7 @@ import torch
 
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import list_checkpoints, load_weights, save_checkpoint
-from attnmt.runs.loader import load_weights_into, model_for, read_run
+from attnmt.runs.loader import check_vocabulary_sizes, load_weights_into, model_for, read_run
 
 _RUN_FILES = ("config.yaml", "src.vocab", "tgt.vocab", "src.spm.model", "tgt.spm.model",
               "src.spm.vocab", "tgt.spm.vocab", "labels.txt")
@@ -42,7 +42,8 @@ def average_state_dicts(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
 def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os.PathLike) -> Path:
     """Average the ``last`` newest checkpoints of ``run_dir`` into the new run ``out_dir``."""
     run, out = Path(run_dir), Path(out_dir)
-    model = model_for(*read_run(run))  # the run's config and tokenizers first: is it a run at all?
+    cfg, src_tok, tgt = read_run(run)  # the run's config and tokenizers first: is it a run at all?
+    model = model_for(cfg, src_tok, tgt)
     if out.exists() and not out.is_dir():
         raise UserError("--out must be a new run directory, not a file", str(out))
     ckpts = list_checkpoints(run)
@@ -54,10 +55,16 @@ def average_checkpoints(run_dir: str | os.PathLike, last: int, out_dir: str | os
         raise UserError("output directory already holds checkpoints; choose a new --out", str(out))
     if out.resolve() == run.resolve():
         raise UserError("--out must differ from --model", str(out))
+    inside = next((a for a in (out.resolve(), *out.resolve().parents)
+                   if a.name == "checkpoints" and (a.parent / "config.yaml").is_file()), None)
+    if inside is not None:  # its pruning and LAST/BEST would be the run's
+        raise UserError(f"--out lies inside the checkpoints of the run {inside.parent}; give a new run "
+                        "directory outside it", str(out))
     if out.is_dir() and any(out.iterdir()):  # its config.yaml, vocabularies, log would be replaced
         raise UserError("--out must be a new or empty directory (it gets a whole run)", str(out))
     chosen = ckpts[-last:]
     avg = average_state_dicts([load_weights(c / "model.safetensors") for c in chosen])
+    check_vocabulary_sizes(model, avg, run, src_tok, tgt)
     load_weights_into(model, avg, str(run))
     # built under a temporary name next to --out and renamed into place when complete: a failure
     # (a full disk, a kill) leaves no half-written run
