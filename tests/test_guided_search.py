@@ -5,6 +5,7 @@ ensemble), through the library, the CLI, the server and the Python API."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -247,6 +248,31 @@ def test_translate_prefix_constraints_and_sample_files(tmp_path, runs, translato
     assert_fails(tmp_path, [*base, "--constraints", str(cons), "--sample", "topk=2"],
                  ("constraints need beam",))
     assert_fails(tmp_path, [*base, "--prefix", str(tmp_path / "missing")], ("missing", "not found"))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # would block forever if opened: refused before
+    assert_fails(tmp_path, [*base, "--constraints", str(fifo)], (str(fifo), "FIFO"))
+
+
+def test_plain_lines_keep_the_plain_search(translators, monkeypatch):
+    """No prefix, constraint or sample asked: beam_search itself, with no mask (the fast path)."""
+    from attnmt.decode import search, translate
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a guided search ran for plain lines")
+
+    seen = []
+    real = search.beam_search
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("forced"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(translate, "constrained_beam_search", refuse)
+    monkeypatch.setattr(translate, "sample", refuse)
+    monkeypatch.setattr(translate, "beam_search", spy)
+    out = translators["lstm"].translate(SRC, beam=3, at_cap="keep",
+                                        constraints=[[], [], [], []], prefixes=["", "", "", ""])
+    assert len(out) == len(SRC) and seen == [None]
 
 
 def test_serve_takes_prefix_constraints_and_sample(runs):
