@@ -179,3 +179,14 @@ def test_average_out_inside_a_runs_checkpoints_is_refused(tmp_path, tiny_run):
         assert_fails(tmp_path, ["average", "--model", str(run), "--last", "1", "--out", str(out)],
                      (str(out), "inside the checkpoints"))
     assert {n: (run / "checkpoints" / n).read_bytes() for n in pointers} == pointers
+
+
+def test_a_label_list_with_a_label_twice(tmp_path):
+    from attnmt.data.labels import LabelSet
+    from attnmt.errors import UserError
+
+    (tmp_path / "labels.txt").write_text("pl\nsg\n")
+    assert LabelSet.load(tmp_path).labels == ["pl", "sg"]
+    (tmp_path / "labels.txt").write_text("pl\nsg\npl\n")
+    with pytest.raises(UserError, match=r"labels.txt:3: duplicate label 'pl' \(also line 1\)"):
+        LabelSet.load(tmp_path)

@@ -64,6 +64,20 @@ def test_two_trainers_on_one_run(tiny_corpus, tmp_path):
     assert not list(run.glob("*.tmp"))
 
 
+def test_two_trainers_started_together(tiny_corpus, tmp_path):
+    """Started at once on a new run: one trains, the other fails in one line (no traceback about a
+    missing config.yaml.tmp, as when both wrote the config)."""
+    run = tmp_path / "run"
+    procs = [_train(str(tiny_corpus.config), "--out", str(run), "--set", "train.max_steps=30",
+                    "--set", "data.dev=") for _ in range(2)]
+    results = [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=300)]]
+    assert sorted(code for code, _, _ in results) == [0, 2], [err[-500:] for _, _, err in results]
+    code, out, err = next(r for r in results if r[0] == 2)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and str(run) in err, err
+    assert "config.yaml.tmp" not in err and out == ""
+    assert not (run / LOCK_NAME).exists() and not list(run.glob("*.tmp"))
+
+
 def test_a_lock_left_by_a_killed_process_is_free(tmp_path):
     """After kill -9 the file stays (with a dead pid) but the OS released the lock."""
     run = tmp_path / "run"

@@ -49,7 +49,13 @@ class LabelSet:
         if not path.exists():
             raise UserError("no labels.txt: not a classification run", str(run_dir))
         text = read_small_text(path, SMALL_TEXT_BYTES, "label list")
-        return cls([x for x in text.split("\n") if x])
+        seen: dict[str, int] = {}
+        for number, label in enumerate(text.split("\n"), start=1):
+            if label in seen:  # a label's id is its position: a second one would never be predicted
+                raise UserError(f"duplicate label {label!r} (also line {seen[label]})", str(path), number)
+            if label:
+                seen[label] = number
+        return cls(list(seen))
 
 
 def read_classification(spec: str, src: str, tgt: str

@@ -28,7 +28,7 @@ def read_log(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     if not Path(run_dir).is_dir():
         raise UserError("not a run directory", str(run_dir))
     path = Path(run_dir) / "log.jsonl"
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():  # a link to nothing: read_lines says so
         raise UserError("no training log (log.jsonl) in this run directory", str(run_dir))
     curves: dict[str, list[tuple[int, float]]] = {"train": [], "valid": []}
     for number, line in enumerate(read_lines(path), start=1):
