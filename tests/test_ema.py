@@ -55,16 +55,22 @@ def test_the_average_is_the_formula_on_a_two_step_toy_with_tied_weights():
     assert torch.equal(model[1].bias, theta[2]["1.bias"])  # the raw weights are back, exactly
 
 
-def test_the_trainer_updates_the_average_after_each_optimizer_step(tiny_corpus, tmp_path):
+def _two_updates(trainer) -> list[dict[str, torch.Tensor]]:
+    """The parameters before and after each of two real trainer updates."""
     from attnmt.data.batching import iterate_batches
 
-    cfg = load_config(tiny_corpus.config, ["train.ema=0.5", "train.ema_warmup=false", "train.row_groups=1"])
-    trainer = Trainer(cfg, tmp_path / "run")
     batches = list(iterate_batches(trainer.data.train_src, trainer.data.train_tgt, trainer._epoch_batches()[:2]))
     theta = [{n: p.detach().clone() for n, p in trainer.model.named_parameters()}]
     for batch in batches:
         trainer.train_step([batch])
         theta.append({n: p.detach().clone() for n, p in trainer.model.named_parameters()})
+    return theta
+
+
+def test_the_trainer_updates_the_average_after_each_optimizer_step(tiny_corpus, tmp_path):
+    cfg = load_config(tiny_corpus.config, ["train.ema=0.5", "train.ema_warmup=false", "train.row_groups=1"])
+    trainer = Trainer(cfg, tmp_path / "run")
+    theta = _two_updates(trainer)
     avg = trainer.ema.weights()
     for name in theta[0]:
         want = 0.5 * (0.5 * theta[0][name] + 0.5 * theta[1][name]) + 0.5 * theta[2][name]
@@ -75,16 +81,10 @@ def test_the_trainer_updates_the_average_after_each_optimizer_step(tiny_corpus, 
 
 def test_the_warm_up_decays_with_the_update_count(tiny_corpus, tmp_path):
     """Under train.ema_warmup (the default) update n uses d_n = min(d, (1 + n)/(10 + n))."""
-    from attnmt.data.batching import iterate_batches
-
     cfg = load_config(tiny_corpus.config, ["train.ema=0.5", "train.row_groups=1"])
     trainer = Trainer(cfg, tmp_path / "run")
     assert [trainer.ema.decay_at(n) for n in (1, 2, 8, 9, 100)] == [2 / 11, 3 / 12, 9 / 18, 0.5, 0.5]
-    batches = list(iterate_batches(trainer.data.train_src, trainer.data.train_tgt, trainer._epoch_batches()[:2]))
-    theta = [{n: p.detach().clone() for n, p in trainer.model.named_parameters()}]
-    for batch in batches:
-        trainer.train_step([batch])
-        theta.append({n: p.detach().clone() for n, p in trainer.model.named_parameters()})
+    theta = _two_updates(trainer)
     avg = trainer.ema.weights()
     d1, d2 = 2 / 11, 3 / 12
     for name in theta[0]:
