@@ -44,9 +44,9 @@ What it does, on the machine it runs on:
    (``</s>`` included) of the dev set under the evaluated state (the peer: its translator's GOLD
    score with ``-tgt``, converted from per sentence to per piece; attnmt: ``attnmt score --model``).
    ``translate_s``: the whole translation command on the test set, beam 5, batches of 64 sentences,
-   timed from outside; ``sent_s`` = test sentences / translate_s. attnmt's LSTM is timed a second
-   time with ``--int8`` (its output layer as an 8-bit product): ``translate_int8_s``,
-   ``bleu_int8``. ``bleu`` / ``chrf``: sacrebleu's defaults on the detokenised output (the peer's
+   timed from outside; ``sent_s`` = test sentences / translate_s. attnmt is timed a second
+   time with ``--int8`` (8-bit products where the model takes them): ``translate_int8_s``,
+   ``bleu_int8`` (``translate_int8``: the error where this checkout's ``--int8`` refuses the model). ``bleu`` / ``chrf``: sacrebleu's defaults on the detokenised output (the peer's
    pieces decoded with the sentencepiece model) against the raw Spanish test side, the same call
    for all.
 7. **CTranslate2** (Transformer only; CTranslate2 converts no RNN): the peer's evaluated checkpoint
@@ -58,7 +58,10 @@ What it does, on the machine it runs on:
    and one thread each (batches translated at once, as attnmt's ``--workers``; the faster layout
    on 2 vCPUs, docs/results/race.md "CTranslate2 on this CPU"). Each is {translate_s, bleu,
    chrf, compute_type, intra_threads, inter_threads, busy_threads, isa, cpu_s}; the ratio row's
-   ``ct2_best`` names the fastest.
+   ``ct2_best`` names the fastest. The same runs on **attnmt's own model** (``attnmt export
+   --format ctranslate2``, float32 weights, not timed) go under attnmt's ``ct2``: the same weights
+   in both engines, so equal quality, which two models trained for the same budget are not
+   (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row).
 
 The last line printed is one JSON object ``{"model": m, "peer": p, "recipe": r, "budget": s,
 "threads": n, "rows": [{"size": 512, "attnmt": {...}, PEER: {...}, "ratio": {...}}, ...]}``. Each
@@ -297,12 +300,18 @@ def ct2_threads(layout: str, threads: int) -> tuple[int, int]:
 
 def race_ct2(peer: str, bin_dir: Path, ckpt: Path, data: Path, run_dir: Path, threads: int, types: list[str],
              refs: list[str]) -> dict:
-    """CTranslate2 on the peer's checkpoint: converted once, then one timed process per compute
-    type and thread layout (keys TYPE for "intra", TYPE-inter for "inter")."""
+    """CTranslate2 on the peer's checkpoint: converted once (not timed), then ``ct2_translations``."""
     python = str(bin_dir / "python")
     env = peer_env(peer, threads)
     ct2_dir = run_dir / "ct2"
     run([python, str(CT2_SCRIPT), "convert", "--peer", peer, str(ckpt), str(ct2_dir)], run_dir / "ct2_convert.log", env)
+    return ct2_translations(python, env, ct2_dir, data, run_dir, threads, types, refs)
+
+
+def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir: Path, threads: int,
+                     types: list[str], refs: list[str]) -> dict:
+    """One timed ``race_ct2.py translate`` process per compute type and thread layout of a
+    converted model (keys TYPE for "intra", TYPE-inter for "inter"), scored as the others."""
     out = {}
     for kind in types:
         for layout in CT2_LAYOUTS:
@@ -315,7 +324,7 @@ def race_ct2(peer: str, bin_dir: Path, ckpt: Path, data: Path, run_dir: Path, th
             info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
             out[name] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
                          **scored_pieces(hyp_sp, data, refs), **info}
-            print(f"  ctranslate2 {name}: {took:.1f} s ({info['compute_type']}, intra_threads {intra}, "
+            print(f"  ctranslate2 {name} ({ct2_dir}): {took:.1f} s ({info['compute_type']}, intra_threads {intra}, "
                   f"inter_threads {inter}, {info['busy_threads']} busy threads, ISA {info['isa']}, "
                   f"{info['cpu_s']} CPU s)", flush=True)
     return out
@@ -334,7 +343,8 @@ def attnmt_translate(run_dir: Path, data: Path, hyp: Path, *flags: str) -> list[
             str(data / "test.en"), "--output", str(hyp), "--beam", "5", "--batch-size", "64", *flags]
 
 
-def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: int, sets: list[str]) -> dict:
+def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: int, sets: list[str],
+                ct2_types: list[str] = ()) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     env = attnmt_env(threads)
@@ -372,11 +382,21 @@ def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: i
     refs = (data / "test.es").read_text(encoding="utf-8").splitlines()
     hyps = hyp.read_text(encoding="utf-8").splitlines()
     result.update(score(hyps, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
-    if model == "lstm":  # --int8 exists for the LSTM decoder's output layer only (so far)
-        hyp8 = run_dir / "test.int8.hyp.es"
+    hyp8 = run_dir / "test.int8.hyp.es"
+    try:
         took = run(attnmt_translate(run_dir, data, hyp8, "--int8"), run_dir / "translate.int8.log", env)
         result.update(translate_int8_s=round(took, 1),
                       bleu_int8=score(hyp8.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
+    except RaceError as err:  # a checkout whose --int8 does not take this model: say so, race on
+        result["translate_int8"] = str(err)
+    if model == "transformer" and ct2_types:
+        # CTranslate2 on attnmt's own model (``attnmt export``): the same weights, so the same
+        # quality, which the peer's model at equal budget is not
+        ct2_dir = run_dir / "ct2"
+        run(attnmt + ["export", "--format", "ctranslate2", "--model", str(run_dir), "--out", str(ct2_dir),
+                      "--checkpoint", "last", "--force"], run_dir / "ct2_export.log", env)
+        ct2_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        result["ct2"] = ct2_translations(sys.executable, ct2_env, ct2_dir, data, run_dir, threads, ct2_types, refs)
     return result
 
 
@@ -392,6 +412,13 @@ def ratios(row: dict, peer: str) -> dict:
         best = min(o["ct2"], key=lambda k: o["ct2"][k]["translate_s"])
         out["ct2_best"] = best
         out["translate_speed_vs_ct2"] = round(o["ct2"][best]["translate_s"] / a["translate_s"], 3)
+    if a.get("ct2"):  # the same model in both engines: the ratio at equal quality
+        best = min(a["ct2"], key=lambda k: a["ct2"][k]["translate_s"])
+        out["ct2_same_model_best"] = best
+        out["translate_speed_vs_ct2_same_model"] = round(a["ct2"][best]["translate_s"] / a["translate_s"], 3)
+        if "translate_int8_s" in a and "int8" in a["ct2"]:
+            out["translate_speed_int8_vs_ct2_int8_same_model"] = round(
+                a["ct2"]["int8"]["translate_s"] / a["translate_int8_s"], 3)
     return out
 
 
@@ -447,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
             sets = attnmt_sets(args.model, data, size, args.threads, args.budget, args.set, args.report_every)
             cfg = attnmt_config(args.model, sets)
             if run_ours:
-                row["attnmt"] = race_attnmt(args.model, data, folder / "attnmt", args.budget, args.threads, sets)
+                row["attnmt"] = race_attnmt(args.model, data, folder / "attnmt", args.budget, args.threads, sets,
+                                            ct2_types)
                 print(f"size {size} attnmt:  {json.dumps(row['attnmt'])}", flush=True)
             if bin_dir is not None:
                 row[peer] = race_peer(peer, args.model, bin_dir, data, folder / peer, args.budget, args.threads,
@@ -463,8 +491,11 @@ def main(argv: list[str] | None = None) -> int:
                 row["ratio"] = r = ratios(row, peer)
                 a, o = row["attnmt"], row[peer]
                 extra = f" ({r['translate_speed_int8']}x with --int8)" if "translate_speed_int8" in r else ""
-                ct2 = (f", {r['translate_speed_vs_ct2']}x CTranslate2 {r['ct2_best']}"
+                ct2 = (f", {r['translate_speed_vs_ct2']}x CTranslate2 {r['ct2_best']} on the peer's model"
                        if "translate_speed_vs_ct2" in r else "")
+                if "translate_speed_vs_ct2_same_model" in r:
+                    ct2 += (f", {r['translate_speed_vs_ct2_same_model']}x CTranslate2 "
+                            f"{r['ct2_same_model_best']} on attnmt's model")
                 print(f"size {size}: attnmt/{TITLE[peer]} tokens/s {r['tgt_tok_s']}x, "
                       f"translation {r['translate_speed']}x faster{extra}{ct2}, "
                       f"BLEU {a['bleu']} vs {o['bleu']}", flush=True)

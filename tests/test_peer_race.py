@@ -116,3 +116,17 @@ def test_ratios_name_the_fastest_ctranslate2_layout():
     assert (r["tgt_tok_s"], r["translate_speed"], r["bleu_diff"]) == (1.5, 2.25, 1.0)
     assert r["ct2_best"] == "int8-inter" and r["translate_speed_vs_ct2"] == 1.5
     assert "translate_speed_int8" not in r  # the Transformer has no --int8 row (yet)
+
+
+def test_ratios_against_ctranslate2_on_attnmts_own_model():
+    import peer_race
+
+    row = {"attnmt": {"tgt_tok_s": 3000.0, "translate_s": 20.0, "translate_int8_s": 16.0, "bleu": 15.0,
+                      "ct2": {"float32": {"translate_s": 30.0}, "int8": {"translate_s": 24.0},
+                              "int8-inter": {"translate_s": 22.0}}},
+           "opennmt": {"tgt_tok_s": 2000.0, "translate_s": 45.0, "bleu": 14.0}}
+    r = peer_race.ratios(row, "opennmt")
+    assert r["ct2_same_model_best"] == "int8-inter" and r["translate_speed_vs_ct2_same_model"] == 1.1
+    assert r["translate_speed_int8_vs_ct2_int8_same_model"] == 1.5
+    assert r["translate_speed_int8"] == round(45.0 / 16.0, 3)
+    assert "ct2_best" not in r  # the peer was not converted
