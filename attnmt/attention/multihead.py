@@ -109,17 +109,20 @@ class MultiHeadAttention(nn.Module):
         q = self._split(self.q(x))  # (B, H, T, d_h)
         k, v = keys["k"], keys["v"]
         T, S = q.size(2), k.size(2)
-        allowed = torch.ones(1, 1, 1, S, dtype=torch.bool, device=q.device)
-        if key_mask is not None:
-            allowed = key_mask[:, None, None, :]
+        # a decoding step's one query, at the last position, sees every key: no causal mask
+        causal = causal and not (T == 1 and q_offset == S - 1)
+        allowed = None if key_mask is None else key_mask[:, None, None, :]
         q_pos = torch.arange(T, device=q.device) + q_offset
         if causal:
-            allowed = allowed & (torch.arange(S, device=q.device)[None, :] <= q_pos[:, None])[None, None]
+            earlier = (torch.arange(S, device=q.device)[None, :] <= q_pos[:, None])[None, None]
+            allowed = earlier if allowed is None else allowed & earlier
         drop = self.dropout if self.training else 0.0
         if not self.use_variant and not need_weights and internals is None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
             return self.o(self._merge(out)), None
 
+        if allowed is None:
+            allowed = torch.ones(1, 1, 1, S, dtype=torch.bool, device=q.device)
         unit = self.unit if self.use_variant else _STANDARD
         ctx: dict = {}
         scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, T, S)

@@ -37,6 +37,7 @@ from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
+from attnmt.kernels.kv_cache import KVBuffer, buffers
 from attnmt.kernels.packed import PackedLinear
 from attnmt.models.common import lengths_to_mask
 
@@ -136,15 +137,19 @@ class Layer(nn.Module):
         """x (B, T, D); mask (B, T) key mask for self-attention (None: all real); cache: this
         layer's self-attention keys of earlier positions (incremental decoding); memory: the
         cross-attention keys of the encoder output. Returns x, cross weights (B, H, T, S) and the
-        updated self-attention keys."""
-        keys_out: dict = {}
+        updated self-attention keys (a ``kv_cache.KVBuffer`` cache: the next such state, holding
+        the same keys as the concatenation)."""
+        state: list = [None]
         self_int = {} if internals is not None else None
 
         def self_attention(h):
             keys = self.self_attn.project_keys(h)
-            if cache:
-                keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
-            keys_out.update(keys)
+            if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
+                keys, state[0] = cache.extend(keys)
+            else:
+                if cache:
+                    keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
+                state[0] = keys
             return self.self_attn(h, keys, mask, causal, offset, False, self_int)
 
         x, _ = self._sub(x, self.self_norm, self_attention)
@@ -161,7 +166,7 @@ class Layer(nn.Module):
         x, _ = self._sub(x, self.ff_norm, lambda h: (self.ff(h), None))
         if internals is not None:
             internals["self"] = self_int
-        return x, weights, keys_out
+        return x, weights, state[0]
 
 
 class Stack(nn.Module):
@@ -200,6 +205,12 @@ class Stack(nn.Module):
         return self.final_norm(x), weights, new_caches
 
 
+def _empty_state(model: nn.Module, layers: int) -> list:
+    """A search's first decoder state: the keys buffered (kernels/kv_cache.py) when no gradient
+    is asked for, else the definition's dicts of concatenated keys."""
+    return buffers(layers) if model.kv_buffers and not torch.is_grad_enabled() else []
+
+
 def set_variants(model: nn.Module, enabled: bool) -> None:
     """Switch every non-standard attention of ``model`` on or off (off = plain Transformer)."""
     for m in model.modules():
@@ -234,8 +245,11 @@ class Transformer(nn.Module):
         cross = [layer.cross_attn.project_keys(out) for layer in self.decoder.layers]
         return {"out": out, "mask": mask, "cross": cross}
 
+    kv_buffers = True  # search states in kernels/kv_cache.py's buffers (False: the definition's dicts)
+
     def init_state(self, enc: dict) -> dict:
-        return {"layers": []}  # filled by the first step; every tensor is (B, H, t, ·)
+        # filled by the first step; every tensor is (B, H, t, ·)
+        return {"layers": _empty_state(self, len(self.decoder.layers))}
 
     def decode(self, tgt_in, enc, caches=None, offset=0, need_weights=False, internals=None):
         x = self.tgt_embed(tgt_in, offset)
@@ -282,8 +296,10 @@ class TransformerLM(nn.Module):
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict:
         return {"lengths": src_lengths}  # nothing to encode; keeps the batch size for the search
 
+    kv_buffers = True  # as Transformer.kv_buffers
+
     def init_state(self, enc: dict) -> dict:
-        return {"layers": []}
+        return {"layers": _empty_state(self, len(self.decoder.layers))}
 
     def step(self, prefix, state, enc, need_weights: bool = False):
         t = prefix.size(1) - 1

@@ -1,0 +1,113 @@
+"""kernels/kv_cache.py: the search's buffered self-attention keys give the hypotheses and scores of
+the definition's concatenated dicts (models/transformer.py), in greedy and beam search, with and
+without sentences leaving the batch, for plain and variant attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnmt.config import Config, ModelConfig
+from attnmt.data.vocab import PAD
+from attnmt.decode.search import beam_search, greedy_search
+from attnmt.kernels import kv_cache
+from attnmt.models import build_model
+from attnmt.models.common import repeat_rows, select_batch
+
+
+def _model(task="translate", **model):
+    cfg = Config(model=ModelConfig(type="transformer"))
+    cfg.task = task
+    m = cfg.model
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = 2, 16, 4, 32, 0.0
+    m.window_segment = 2
+    for k, v in model.items():
+        setattr(m, k, v)
+    torch.manual_seed(0)
+    return build_model(cfg, 30, 30).eval()
+
+
+def _source(rows=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 30, (rows, 9), generator=g)
+    lengths = torch.tensor([9, 6, 3, 7][:rows])
+    for r, n in enumerate(lengths.tolist()):
+        src[r, n:] = PAD
+    return src, lengths
+
+
+def _both(model, search, *args, **kw):
+    out = []
+    for buffered in (False, True):
+        model.kv_buffers = buffered
+        out.append(search(model, *args, **kw))
+    model.kv_buffers = True
+    return out
+
+
+def _same(a, b):
+    assert [[h.tokens for h in s] for s in a] == [[h.tokens for h in s] for s in b]
+    for sa, sb in zip(a, b):
+        for ha, hb in zip(sa, sb):
+            assert ha.logprob == pytest.approx(hb.logprob, abs=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["standard", "window-add", "relative"])
+@pytest.mark.parametrize("rows", [1, 4])  # one sentence: none leaves the batch before the end
+@pytest.mark.parametrize("beam", [1, 5])
+def test_buffered_search_equals_the_definition(variant, rows, beam):
+    cross = "standard" if variant == "relative" else variant
+    model = _model(dec_self_attention=variant, cross_attention=cross)
+    src, lengths = _source(rows)
+    kw = dict(max_len_ratio=1.5, max_len_extra=2, nbest=beam)
+    generic, buffered = _both(model, beam_search, src, lengths, beam, **kw)
+    _same(generic, buffered)
+    assert any(len(h.tokens) > 2 for s in generic for h in s)  # the search made several steps
+    if beam == 1:
+        _same(*_both(model, greedy_search, src, lengths, max_len_ratio=1.5, max_len_extra=2))
+
+
+def test_buffered_lm_search_equals_the_definition():
+    model = _model("lm")
+    src, lengths = _source(3)
+    _same(*_both(model, beam_search, src, lengths, 3, max_len_ratio=1.0, max_len_extra=3))
+
+
+def test_state_reorders_drops_rows_and_grows_as_concatenation():
+    torch.manual_seed(0)
+    state, cat = kv_cache.KVBuffer(), None
+    for t in range(kv_cache.FIRST_CAP + 5):  # past the first capacity: the buffers grow
+        new = {"k": torch.randn(6, 2, 1, 3), "v": torch.randn(6, 2, 1, 3)}
+        keys, state = state.extend(new)
+        cat = new if cat is None else {n: torch.cat([cat[n], new[n]], 2) for n in new}
+        assert all(torch.equal(keys[n], cat[n]) for n in new)
+        index = torch.randint(0, 6, (6,))
+        state, cat = state.select(index), select_batch(cat, index)
+        assert all(torch.equal(state.keys()[n], cat[n]) for n in new)
+    fewer = torch.tensor([4, 1])  # a sentence done: its rows leave
+    state, cat = state.select(fewer), select_batch(cat, fewer)
+    state, cat = repeat_rows(state, 3), repeat_rows(cat, 3)
+    assert all(torch.equal(state.keys()[n], cat[n]) for n in cat)
+
+
+def test_an_older_state_used_again_keeps_its_keys():
+    state = kv_cache.KVBuffer()
+    k = lambda x: {"k": torch.full((2, 1, 1, 1), float(x))}  # noqa: E731
+    _, a = state.extend(k(1))
+    _, b = a.extend(k(2))
+    keys_c, c = a.extend(k(3))  # a branch from a: b keeps its 2
+    assert b.keys()["k"].flatten().tolist() == [1, 2, 1, 2]
+    assert keys_c["k"].flatten().tolist() == [1, 3, 1, 3]
+    s1 = b.select(torch.tensor([1, 0]))
+    s2 = b.select(torch.tensor([0]))  # the spare is held by s1: new buffers
+    assert s1.keys()["k"].flatten().tolist() == [1, 2, 1, 2]
+    assert s2.keys()["k"].flatten().tolist() == [1, 2]
+
+
+def test_search_states_are_buffers_without_autograd_only():
+    model = _model()
+    src, lengths = _source(2)
+    enc = model.encode(src, lengths)
+    with torch.no_grad():
+        assert all(isinstance(s, kv_cache.KVBuffer) for s in model.init_state(enc)["layers"])
+    assert model.init_state(enc)["layers"] == []
