@@ -344,7 +344,7 @@ def attnmt_translate(run_dir: Path, data: Path, hyp: Path, *flags: str) -> list[
 
 
 def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: int, sets: list[str],
-                ct2_types: list[str] = ()) -> dict:
+                ct2_types: list[str] = (), int8: bool = True) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     env = attnmt_env(threads)
@@ -383,12 +383,13 @@ def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: i
     hyps = hyp.read_text(encoding="utf-8").splitlines()
     result.update(score(hyps, refs), translate_s=round(took, 1), sent_s=round(len(refs) / took, 1))
     hyp8 = run_dir / "test.int8.hyp.es"
-    try:
-        took = run(attnmt_translate(run_dir, data, hyp8, "--int8"), run_dir / "translate.int8.log", env)
-        result.update(translate_int8_s=round(took, 1),
-                      bleu_int8=score(hyp8.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
-    except RaceError as err:  # a checkout whose --int8 does not take this model: say so, race on
-        result["translate_int8"] = str(err)
+    if int8:
+        try:
+            took = run(attnmt_translate(run_dir, data, hyp8, "--int8"), run_dir / "translate.int8.log", env)
+            result.update(translate_int8_s=round(took, 1),
+                          bleu_int8=score(hyp8.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
+        except RaceError as err:  # a checkout whose --int8 does not take this model: say so, race on
+            result["translate_int8"] = str(err)
     if model == "transformer" and ct2_types:
         # CTranslate2 on attnmt's own model (``attnmt export``): the same weights, so the same
         # quality, which the peer's model at equal budget is not
