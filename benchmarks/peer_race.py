@@ -63,6 +63,10 @@ What it does, on the machine it runs on:
    in both engines, so equal quality, which two models trained for the same budget are not
    (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row).
 
+Each side also writes ``result.json`` in its folder (its result, the race settings, commit and
+time): with ``--only``, a row takes the other side from there when an earlier run in the same OUT
+had the same settings (marked ``raced``), so one side can be re-raced after a change.
+
 The last line printed is one JSON object ``{"model": m, "peer": p, "recipe": r, "budget": s,
 "threads": n, "rows": [{"size": 512, "attnmt": {...}, PEER: {...}, "ratio": {...}}, ...]}``. Each
 side writes its files under ``OUT/SIZE/SIDE`` (LSTM) or ``OUT/transformer-SIZE/SIDE``. Run it on an
@@ -423,6 +427,39 @@ def ratios(row: dict, peer: str) -> dict:
     return out
 
 
+# -- sides raced apart ---------------------------------------------------------------------------
+def side_key(args) -> dict:
+    """What must agree for a side raced earlier to stand in a row with one raced now."""
+    return {"model": args.model, "recipe": args.recipe, "budget": args.budget, "threads": args.threads,
+            "ct2": args.ct2, "set": args.set, "max_train_lines": args.max_train_lines,
+            "max_eval_lines": args.max_eval_lines, "report_every": args.report_every}
+
+
+def save_side(folder: Path, result: dict, args) -> None:
+    """``FOLDER/result.json``: the side's result, the race settings and when and from which commit."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    record = {"result": result, "key": side_key(args), "commit": commit,
+              "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    tmp = folder / "result.json.tmp"
+    tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / "result.json")
+
+
+def load_side(folder: Path, args) -> dict | None:
+    """With ``--only``, the other side's result from an earlier run in the same OUT and with the
+    same settings (so one side can be re-raced after a change: the sides of a race run one
+    after the other anyway); None when there is none or its settings differ."""
+    path = folder / "result.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record.get("key") != side_key(args):
+        print(f"peer_race: {path} was raced with other settings; not used", file=sys.stderr)
+        return None
+    return {**record["result"], "raced": f"{record['finished']}, commit {record['commit']} (earlier run)"}
+
+
 # -- main ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -436,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/peer_race", help="working folder (data, venvs, runs)")
     ap.add_argument("--data", default="data/bible", help="folder with {train,dev,test}.{en,es}")
     ap.add_argument("--venv", help="the peer's virtual environment (default OUT/onmt-venv or OUT/eole-venv)")
-    ap.add_argument("--only", choices=["attnmt", "peer", *PEERS], help="run one side only")
+    ap.add_argument("--only", choices=["attnmt", "peer", *PEERS],
+                    help="run one side only (a row still gets its ratios from the other side's "
+                         "OUT/.../SIDE/result.json of an earlier run with the same settings)")
     ap.add_argument("--ct2", default="float32,int8", help="CTranslate2 compute types (Transformer; '' = none)")
     ap.add_argument("--max-train-lines", type=int, default=0, help="smoke tests: first N training pairs only")
     ap.add_argument("--max-eval-lines", type=int, default=0, help="smoke tests: first N dev and test pairs only")
@@ -477,12 +516,18 @@ def main(argv: list[str] | None = None) -> int:
             if run_ours:
                 row["attnmt"] = race_attnmt(args.model, data, folder / "attnmt", args.budget, args.threads, sets,
                                             ct2_types)
+                save_side(folder / "attnmt", row["attnmt"], args)
                 print(f"size {size} attnmt:  {json.dumps(row['attnmt'])}", flush=True)
+            elif (saved := load_side(folder / "attnmt", args)) is not None:
+                row["attnmt"] = saved
             if bin_dir is not None:
                 row[peer] = race_peer(peer, args.model, bin_dir, data, folder / peer, args.budget, args.threads,
                                       cfg, args.recipe, ct2_types, args.report_every,
                                       2048 if args.max_train_lines else 0)
+                save_side(folder / peer, row[peer], args)
                 print(f"size {size} {peer}: {json.dumps(row[peer])}", flush=True)
+            elif (saved := load_side(folder / peer, args)) is not None:
+                row[peer] = saved
             if args.model == "lstm":
                 flops = train_flops_per_target_piece(data, size)
                 for side in ("attnmt", peer):

@@ -130,3 +130,21 @@ def test_ratios_against_ctranslate2_on_attnmts_own_model():
     assert r["translate_speed_int8_vs_ct2_int8_same_model"] == 1.5
     assert r["translate_speed_int8"] == round(45.0 / 16.0, 3)
     assert "ct2_best" not in r  # the peer was not converted
+
+
+def test_a_side_raced_earlier_stands_in_a_row_only_with_the_same_settings(tmp_path):
+    import argparse
+
+    import peer_race
+
+    args = argparse.Namespace(model="transformer", recipe="attnmt", budget=600.0, threads=2, ct2="float32,int8",
+                              set=[], max_train_lines=0, max_eval_lines=0, report_every=25)
+    side = tmp_path / "opennmt"
+    side.mkdir()
+    assert peer_race.load_side(side, args) is None
+    peer_race.save_side(side, {"tgt_tok_s": 2000.0, "translate_s": 40.0}, args)
+    loaded = peer_race.load_side(side, args)
+    assert loaded["tgt_tok_s"] == 2000.0 and "earlier run" in loaded["raced"]
+    assert not (side / "result.json.tmp").exists()
+    args.budget = 300.0
+    assert peer_race.load_side(side, args) is None  # another budget: not the same race
