@@ -473,9 +473,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/peer_race", help="working folder (data, venvs, runs)")
     ap.add_argument("--data", default="data/bible", help="folder with {train,dev,test}.{en,es}")
     ap.add_argument("--venv", help="the peer's virtual environment (default OUT/onmt-venv or OUT/eole-venv)")
-    ap.add_argument("--only", choices=["attnmt", "peer", *PEERS],
+    ap.add_argument("--only", choices=["attnmt", "peer", *PEERS, "none"],
                     help="run one side only (a row still gets its ratios from the other side's "
-                         "OUT/.../SIDE/result.json of an earlier run with the same settings)")
+                         "OUT/.../SIDE/result.json of an earlier run with the same settings); "
+                         "none: race nothing, print the rows of the sides raced earlier")
     ap.add_argument("--ct2", default="float32,int8", help="CTranslate2 compute types (Transformer; '' = none)")
     ap.add_argument("--max-train-lines", type=int, default=0, help="smoke tests: first N training pairs only")
     ap.add_argument("--max-eval-lines", type=int, default=0, help="smoke tests: first N dev and test pairs only")
