@@ -100,16 +100,47 @@ def test_int8_search_step_keeps_the_logits_and_only_the_output_layer_changes():
 
 def test_int8_refuses_models_without_the_lstm_search_step():
     from attnmt.decode.translate import use_int8_output_layer
-    from attnmt.models.transformer import Transformer
 
-    transformer = Transformer(ModelConfig(type="transformer", layers=1, hidden=16, heads=2, ff=32),
-                              30, 40).eval()
+    class Other(torch.nn.Module):  # neither an LSTM decoder nor a Transformer
+        decoder = None
+
     with pytest.raises(UserError, match="LSTM decoders"):
-        use_int8_output_layer([_Run(transformer)])
+        use_int8_output_layer([_Run(Other())])
     if packed.INT8:  # an LSTM decoder without input feeding has the search step too
         plain = _model(input_feed=False)
         use_int8_output_layer([_Run(plain)])
         assert plain.decoder.int8_output
+
+
+@needs_int8
+def test_int8_transformer_search_moves_logits_by_the_rounding_only():
+    """A Transformer's --int8: its decoder's feed-forward maps and output layer in 8 bits, the
+    attention's projections and the encoder in float32; and off again as the options say."""
+    from attnmt.decode.options import SearchOptions
+    from attnmt.decode.translate import prepare_search
+    from attnmt.models.transformer import Transformer
+
+    torch.manual_seed(1)
+    model = Transformer(ModelConfig(type="transformer", layers=2, hidden=16, heads=2, ff=32),
+                        30, 40).eval()
+    src, lengths = torch.randint(4, 30, (3, 7)), torch.tensor([7, 5, 2])
+    prefix = torch.full((3, 1), 1, dtype=torch.long)
+
+    def step():
+        with torch.no_grad():
+            enc = model.encode(src, lengths)
+            return model.step(prefix, model.init_state(enc), enc)[0]
+
+    want = step()
+    prepare_search([_Run(model)], SearchOptions(int8=True))
+    assert model.output.int8_search and model.decoder.layers[1].ff.w2.int8_search
+    assert not model.encoder.layers[0].ff.w1.int8_search and not model.decoder.layers[0].self_attn.q.int8_search
+    got = step()
+    assert not torch.equal(got, want)
+    assert (got - want).abs().max() < 0.05 * (want.max() - want.min())
+    prepare_search([_Run(model)], SearchOptions(), before=SearchOptions(int8=True))
+    assert not model.output.int8_search
+    torch.testing.assert_close(step(), want, atol=0, rtol=0)
 
 
 @needs_int8

@@ -69,7 +69,7 @@ class SearchOptions:
     workers: int = 0  # batches searched at once, one CPU thread each; 0: one per torch thread
     with_attention: bool = False  # attention matrices and word alignments in the results
     precision: str | None = None  # "auto", "bf16", "float32"; None: the models as they are
-    int8: bool = False  # the LSTM output layer as an 8-bit product (CPU)
+    int8: bool = False  # the output layer (Transformer: and decoder feed-forward) in 8 bits (CPU)
     sample: str | None = None  # "topk=K" or "topp=P": sample instead of beam search
     temperature: float = 1.0  # sampling: softmax(logits / T)
     seed: int | None = None  # sampling: same seed, input and batch_size → same outputs

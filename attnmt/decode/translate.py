@@ -26,6 +26,7 @@ from attnmt.decode.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import UserError
 from attnmt.kernels import packed
 from attnmt.models.decoders import LuongDecoder
+from attnmt.models.transformer import Transformer
 from attnmt.runs.loader import Run, Source, load_run
 
 
@@ -78,18 +79,35 @@ def _bf16_switches(run: Run) -> list:
     return linears
 
 
+def _int8_switches(run: Run) -> list[tuple[object, str]]:
+    """What ``--int8`` turns on, as (module, attribute): an LSTM decoder's output layer
+    (``int8_output``), or a Transformer decoder's feed-forward maps and output layer
+    (``PackedLinear.int8_search``: the per-step products the decoder makes); or a UserError."""
+    network = run.network
+    if isinstance(network, Transformer):
+        maps = [lin for layer in network.decoder.layers for lin in (layer.ff.w1, layer.ff.w2)]
+        return [(lin, "int8_search") for lin in (*maps, network.output)]
+    try:
+        return [(_search_decoder(run, "--int8"), "int8_output")]
+    except UserError:
+        raise UserError("--int8 applies to LSTM decoders (their search step) and Transformers; "
+                        "this model is neither") from None
+
+
 def use_int8_output_layer(runs: list[Run]) -> None:
     """``attnmt translate --int8``: the search's output layer W_s h̃_t of every model as an 8-bit
-    product (kernels/packed.py, ``pack_int8``). The output layer is the largest product of a
-    search step (V × H per hypothesis); in 8 bits it runs ~2× faster on an AVX2 core. Logits move
-    by the rounding of W_s (per row) and of h̃_t (7 bits over its range), so scores and, rarely,
-    choices change: a speed option, off by default. LSTM decoders on CPU only."""
+    product (kernels/packed.py, ``pack_int8``), and a Transformer decoder's feed-forward maps too.
+    The output layer is the largest product of a search step (V × H per hypothesis); in 8 bits it
+    runs ~2× faster on an AVX2 core. Logits move by the rounding of W_s (per row) and of h̃_t
+    (7 bits over its range), so scores and, rarely, choices change: a speed option, off by
+    default. On CPU only."""
     for run in runs:
-        decoder = _search_decoder(run, "--int8")
+        switches = _int8_switches(run)
         if run.device.type != "cpu" or not packed.INT8:
             raise UserError("--int8 needs the CPU and torch's oneDNN quantised linear "
                             "(torch.ops.onednn.qlinear_pointwise)")
-        decoder.int8_output = True
+        for module, name in switches:
+            setattr(module, name, True)
 
 
 def bf16_search_applies(runs: list[Run]) -> bool:
@@ -165,7 +183,8 @@ def prepare_search(runs: list[Run], options: SearchOptions, before: SearchOption
         use_int8_output_layer(runs)
     elif before is not None and before.int8:
         for run in runs:
-            _search_decoder(run, "--int8").int8_output = False
+            for module, name in _int8_switches(run):
+                setattr(module, name, False)
     if options.precision is None:
         return None
     return set_search_precision(runs, bf16=options.precision == "bf16",

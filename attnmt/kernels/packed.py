@@ -221,12 +221,15 @@ class PackedLinear(nn.Linear):
     bfloat16 when ``bf16_search`` is set (``attnmt translate --bf16``). ``attnmt translate`` of
     the Bible test set with that Transformer (beam 5, batch 64, an AMD EPYC) took 1.4-1.7x less
     time in float32 than with nn.Linear, with the same output, and 1.6-2.0x less in bfloat16
-    (docs/RESULTS.md). On a GPU and in other dtypes it is nn.Linear.
+    (docs/RESULTS.md). With ``int8_search`` (``translate --int8``: a Transformer decoder's
+    feed-forward maps and output layer) the search's product is ``pack_int8``'s. On a GPU and in
+    other dtypes it is nn.Linear.
 
     The packed copy is kept by kernels/cache.py (per weight version, dropped when the module
     enters or leaves training: torch's fused Adam updates parameters without bumping versions)."""
 
     bf16_search = False
+    int8_search = False  # ``attnmt translate --int8``: the search's product through ``pack_int8``
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
@@ -237,6 +240,9 @@ class PackedLinear(nn.Linear):
         return linear(x, self._packed(), self.bias)
 
     def _packed(self) -> Packed:
+        if self.int8_search and INT8:
+            return derived(self, "packed_weight", (self.weight,), lambda: pack_int8(self.weight, 320),
+                           ("int8",))
         return derived(self, "packed_weight", (self.weight,),
                        lambda: pack(self.weight, 320, self.bf16_search, few_rows=True),
                        (self.bf16_search,))
