@@ -111,3 +111,27 @@ def test_search_states_are_buffers_without_autograd_only():
     with torch.no_grad():
         assert all(isinstance(s, kv_cache.KVBuffer) for s in model.init_state(enc)["layers"])
     assert model.init_state(enc)["layers"] == []
+
+
+def test_shared_memory_selects_as_the_repeated_memory():
+    torch.manual_seed(0)
+    cross = [{"k": torch.randn(3, 2, 5, 4), "v": torch.randn(3, 2, 5, 4)}]
+    mask = torch.rand(3, 5) > 0.3
+    shared = kv_cache.SharedMemory(torch.randn(3, 5, 8), mask, cross).repeat_rows(4)
+    plain = repeat_rows({"out": shared.out, "mask": mask, "cross": cross}, 4)
+    for index in (torch.tensor([0, 1, 2, 3, 8, 9, 10, 11]),  # whole sentences: stays shared
+                  torch.tensor([5, 5, 0, 11, 2])):  # any rows: one entry per row
+        got, want = shared.select(index), select_batch(plain, index)
+        keys, m = got.cross[0].repeated()
+        assert got.rows == (4 if index.numel() == 8 else 1)
+        assert torch.equal(m, want["mask"]) and all(torch.equal(keys[n], want["cross"][0][n]) for n in keys)
+
+
+def test_buffered_search_with_alignments_equals_the_definition():
+    model = _model()
+    src, lengths = _source(4)
+    generic, buffered = _both(model, beam_search, src, lengths, 3, max_len_ratio=1.5, max_len_extra=2,
+                              need_weights=True)
+    _same(generic, buffered)
+    for sa, sb in zip(generic, buffered):
+        torch.testing.assert_close(sa[0].attention, sb[0].attention, atol=1e-5, rtol=0)

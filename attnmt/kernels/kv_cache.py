@@ -20,6 +20,10 @@ T_cap grows by doubling (amortised: a copy per doubling, not per step). A state 
 as every search uses it (step it, or reorder it, then drop it); using an older state again still
 gives the right keys: a buffer is written in place only by the newest state that holds it
 (``owner``), the spare only when no state holds it (``holders``), else new buffers are made.
+
+``SharedMemory`` / ``SharedKeys``: the cross-attention keys of the encoder output, computed once
+per sentence (``Transformer.encode``), read by the sentence's K beam rows without the K copies
+that ``repeat_rows(enc, K)`` makes of them (as RNN attention's ``Memory.rows``).
 """
 
 from __future__ import annotations
@@ -27,12 +31,13 @@ from __future__ import annotations
 import weakref
 
 import torch
+import torch.nn.functional as F
 
 from attnmt.kernels.dispatch import Kernel
 
-# the definition: the self-attention key cache of a Transformer decoder layer (torch.cat per step,
-# index_select per beam reorder)
-IMPLEMENTS = ("attnmt.models.transformer.Layer",)
+# the definitions: the self-attention key cache of a Transformer decoder layer (torch.cat per step,
+# index_select per beam reorder); multi-head cross-attention over the keys repeated per hypothesis
+IMPLEMENTS = ("attnmt.models.transformer.Layer", "attnmt.attention.multihead.MultiHeadAttention")
 
 FIRST_CAP = 64  # positions allocated at the first step (doubled when a search outgrows them)
 
@@ -118,6 +123,75 @@ class KVBuffer:
         return self.select(index.repeat_interleave(k))
 
 
+class SharedKeys:
+    """One decoder layer's cross-attention keys: one entry per sentence, read by ``rows``
+    consecutive query rows each (beam search's K hypotheses), as the definition reads them
+    repeated K times (``repeat_rows(enc, K)``: K copies of every key). ``attend`` is
+    ``MultiHeadAttention.forward`` on the repeated keys: for standard attention of one query per
+    row without weights, the K queries of a sentence as one block of queries against its keys
+    (one SDPA call, no copy); otherwise the definition on keys repeated once per state."""
+
+    def __init__(self, keys: dict[str, torch.Tensor], mask: torch.Tensor, rows: int = 1):
+        self.keys, self.mask, self.rows = keys, mask, rows
+        self._repeated: tuple[dict, torch.Tensor] | None = None
+
+    def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """(keys, mask) with every entry repeated ``rows`` times: the definition's memory."""
+        if self.rows == 1:
+            return self.keys, self.mask
+        if self._repeated is None:
+            self._repeated = ({n: t.repeat_interleave(self.rows, 0) for n, t in self.keys.items()},
+                              self.mask.repeat_interleave(self.rows, 0))
+        return self._repeated
+
+    def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None):
+        """``attn(x, keys, mask)`` (cross-attention, no causal mask) for x (entries·rows, T, D)."""
+        if (self.rows == 1 or attn.use_variant or need_weights or internals is not None
+                or x.size(1) != 1 or attn.training):
+            keys, mask = self.repeated()
+            return attn(x, keys, mask, False, 0, need_weights, internals)
+        q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
+        E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
+        q = q.view(E, self.rows, H, d).transpose(1, 2)  # (E, H, rows, d_h): an entry's rows as queries
+        out = F.scaled_dot_product_attention(q, self.keys["k"], self.keys["v"],
+                                             attn_mask=self.mask[:, None, None, :])
+        return attn.o(out.transpose(1, 2).reshape(E * self.rows, 1, H * d)), None
+
+
+class SharedMemory:
+    """The Transformer's encoder output for a search (``encode``'s dict: ``out``, ``mask``,
+    ``cross``, read alike), whose entries beam search repeats (``repeat_rows``) and selects
+    (``select``) without copying them: each layer's cross keys a ``SharedKeys``. A selection of
+    whole aligned blocks of ``rows`` rows (a beam search dropping finished sentences) keeps the
+    entries shared; any other selection reads entry index // rows, one row each."""
+
+    def __init__(self, out: torch.Tensor, mask: torch.Tensor, cross: list[dict[str, torch.Tensor]],
+                 rows: int = 1):
+        self.out, self.mask, self.rows, self.cross_keys = out, mask, rows, cross
+        self.cross = [SharedKeys(keys, mask, rows) for keys in cross]
+
+    def __getitem__(self, name: str):
+        return {"out": self.out, "mask": self.mask, "cross": self.cross}[name]
+
+    def repeat_rows(self, k: int) -> "SharedMemory":
+        return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k)
+
+    def _entries(self, entries: torch.Tensor, rows: int) -> "SharedMemory":
+        pick = lambda t: t.index_select(0, entries)  # noqa: E731
+        return SharedMemory(pick(self.out), pick(self.mask),
+                            [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows)
+
+    def select(self, index: torch.Tensor) -> "SharedMemory":
+        if self.rows > 1 and index.numel() % self.rows == 0:
+            blocks = index.view(-1, self.rows)
+            starts = blocks[:, :1]
+            aligned = bool(((blocks == starts + torch.arange(self.rows, device=index.device)).all()
+                            & (starts % self.rows == 0).all()))
+            if aligned:
+                return self._entries(starts.squeeze(1) // self.rows, self.rows)
+        return self._entries(index // self.rows, 1)
+
+
 def buffers(layers: int) -> list[KVBuffer]:
     """The empty search state of a decoder of ``layers`` layers."""
     return [KVBuffer() for _ in range(layers)]
@@ -125,4 +199,7 @@ def buffers(layers: int) -> list[KVBuffer]:
 
 KERNELS = (Kernel("kv_cache.KVBuffer", "search keys", "attnmt.models.transformer.Layer",
                   "every attention variant (its extra keys are buffered alike)",
-                  lambda layer: (True, ""), ("cpu", "cuda"), KVBuffer),)
+                  lambda layer: (True, ""), ("cpu", "cuda"), KVBuffer),
+           Kernel("kv_cache.SharedKeys", "search memory", "attnmt.attention.multihead.MultiHeadAttention",
+                  "standard attention without weights (others: the keys repeated once per state)",
+                  lambda attn: (True, ""), ("cpu", "cuda"), SharedKeys))

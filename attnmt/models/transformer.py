@@ -37,7 +37,7 @@ from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
-from attnmt.kernels.kv_cache import KVBuffer, buffers
+from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers
 from attnmt.kernels.packed import PackedLinear
 from attnmt.models.common import lengths_to_mask
 
@@ -158,6 +158,8 @@ class Layer(nn.Module):
             cross_int = {} if internals is not None else None
 
             def cross_attention(h):
+                if isinstance(memory, SharedKeys):  # the same attention, keys not copied per row
+                    return memory.attend(self.cross_attn, h, need_weights, cross_int)
                 return self.cross_attn(h, memory, memory_mask, False, 0, need_weights, cross_int)
 
             x, weights = self._sub(x, self.cross_norm, cross_attention)
@@ -243,9 +245,14 @@ class Transformer(nn.Module):
         mask = lengths_to_mask(src_lengths, src.size(1))  # (B, S)
         out, _, _ = self.encoder(self.src_embed(src), mask, internals=internals)
         cross = [layer.cross_attn.project_keys(out) for layer in self.decoder.layers]
+        if self.kv_buffers and self.share_memory and not torch.is_grad_enabled():  # beam rows share it
+            return SharedMemory(out, mask, cross)
         return {"out": out, "mask": mask, "cross": cross}
 
-    kv_buffers = True  # search states in kernels/kv_cache.py's buffers (False: the definition's dicts)
+    # search states in kernels/kv_cache.py's buffers, the encoder output shared by beam rows
+    # (False: the definition's dicts, concatenated and repeated)
+    kv_buffers = True
+    share_memory = True  # with kv_buffers: the encoder output as kv_cache.SharedMemory
 
     def init_state(self, enc: dict) -> dict:
         # filled by the first step; every tensor is (B, H, t, ·)
