@@ -131,9 +131,19 @@ class SharedKeys:
     row without weights, the K queries of a sentence as one block of queries against its keys
     (one SDPA call, no copy); otherwise the definition on keys repeated once per state."""
 
-    def __init__(self, keys: dict[str, torch.Tensor], mask: torch.Tensor, rows: int = 1):
+    def __init__(self, keys: dict[str, torch.Tensor], mask: torch.Tensor, rows: int = 1,
+                 bias: list | None = None):
         self.keys, self.mask, self.rows = keys, mask, rows
         self._repeated: tuple[dict, torch.Tensor] | None = None
+        self._bias = [None] if bias is None else bias  # shared by the layers of one memory
+
+    def bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """The mask as SDPA's additive (E, 1, 1, S) bias (0 or -inf), made once per batch: what
+        SDPA makes of a boolean mask at every call."""
+        if self._bias[0] is None or self._bias[0].dtype != dtype:
+            zeros = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+            self._bias[0] = zeros.masked_fill_(~self.mask, float("-inf"))[:, None, None, :]
+        return self._bias[0]
 
     def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """(keys, mask) with every entry repeated ``rows`` times: the definition's memory."""
@@ -154,7 +164,7 @@ class SharedKeys:
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
         q = q.view(E, self.rows, H, d).transpose(1, 2)  # (E, H, rows, d_h): an entry's rows as queries
         out = F.scaled_dot_product_attention(q, self.keys["k"], self.keys["v"],
-                                             attn_mask=self.mask[:, None, None, :])
+                                             attn_mask=self.bias(q.dtype))
         return attn.o(out.transpose(1, 2).reshape(E * self.rows, 1, H * d)), None
 
 
@@ -168,7 +178,8 @@ class SharedMemory:
     def __init__(self, out: torch.Tensor, mask: torch.Tensor, cross: list[dict[str, torch.Tensor]],
                  rows: int = 1):
         self.out, self.mask, self.rows, self.cross_keys = out, mask, rows, cross
-        self.cross = [SharedKeys(keys, mask, rows) for keys in cross]
+        bias: list = [None]
+        self.cross = [SharedKeys(keys, mask, rows, bias) for keys in cross]
 
     def __getitem__(self, name: str):
         return {"out": self.out, "mask": self.mask, "cross": self.cross}[name]
