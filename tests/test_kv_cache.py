@@ -135,3 +135,16 @@ def test_buffered_search_with_alignments_equals_the_definition():
     _same(generic, buffered)
     for sa, sb in zip(generic, buffered):
         torch.testing.assert_close(sa[0].attention, sb[0].attention, atol=1e-5, rtol=0)
+
+
+def test_beam_search_reuses_the_buffers(monkeypatch):
+    """Each layer's buffers are made a few times per batch (first step, K copies, spare, growth),
+    not once per step: a reorder writes into the spare the previous step left."""
+    made = []
+    init = kv_cache._Buffers.__init__
+    monkeypatch.setattr(kv_cache._Buffers, "__init__", lambda self, t: (made.append(1), init(self, t))[1])
+    model = _model()
+    src, lengths = _source(1)
+    hyps = beam_search(model, src, lengths, 3, max_len_ratio=4.0, max_len_extra=10)
+    steps = len(hyps[0][0].tokens) + 1
+    assert steps > 10 and len(made) <= 4 * len(model.decoder.layers)

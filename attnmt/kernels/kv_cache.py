@@ -19,7 +19,7 @@ cache twice per layer.
 T_cap grows by doubling (amortised: a copy per doubling, not per step). A state is used once,
 as every search uses it (step it, or reorder it, then drop it); using an older state again still
 gives the right keys: a buffer is written in place only by the newest state that holds it
-(``owner``), the spare only when no state holds it (``holders``), else new buffers are made.
+(``generation``), the spare only when no state holds it (``holders``), else new buffers are made.
 
 ``SharedMemory`` / ``SharedKeys``: the cross-attention keys of the encoder output, computed once
 per sentence (``Transformer.encode``), read by the sentence's K beam rows without the K copies
@@ -50,7 +50,7 @@ class _Buffers:
         self.tensors = tensors
         self.rows = next(iter(tensors.values())).size(0)
         self.cap = next(iter(tensors.values())).size(2)
-        self.owner: KVBuffer | None = None  # the state allowed to write at its length
+        self.generation = 0  # of the newest state reading these: the one allowed to write at its length
         self.holders: weakref.WeakSet = weakref.WeakSet()  # every live state reading these
         self.spare: _Buffers | None = None
 
@@ -70,8 +70,9 @@ class KVBuffer:
 
     def __init__(self, buffers: _Buffers | None = None, rows: int = 0, length: int = 0):
         self.buffers, self.rows, self.length = buffers, rows, length
-        if buffers is not None:
-            buffers.owner = self
+        if buffers is not None:  # no strong reference back: a dropped state is freed at once
+            buffers.generation += 1
+            self.generation = buffers.generation
             buffers.holders.add(self)
 
     def __bool__(self) -> bool:
@@ -88,7 +89,7 @@ class KVBuffer:
         b = self.buffers
         if self.length and rows != self.rows:
             raise ValueError(f"keys of {rows} rows extend a cache of {self.rows}")
-        if b is None or b.owner is not self or not b.fits(new, rows, end):
+        if b is None or b.generation != self.generation or not b.fits(new, rows, end):
             cap = FIRST_CAP if b is None else b.cap
             while cap < end:
                 cap *= 2
