@@ -29,6 +29,7 @@ from attnmt.attention.localness import Localness
 from attnmt.attention.relative import Relative
 from attnmt.attention.variant import Variant
 from attnmt.attention.window import Window, WindowOptions, window_options
+from attnmt.kernels import dropout as dropout_kernel
 
 UNITS: tuple[type[Variant], ...] = (Variant, Relative, Localness, Window)
 VARIANTS = tuple(name for unit in UNITS for name in unit.names)
@@ -117,7 +118,10 @@ class MultiHeadAttention(nn.Module):
             earlier = (torch.arange(S, device=q.device)[None, :] <= q_pos[:, None])[None, None]
             allowed = earlier if allowed is None else allowed & earlier
         drop = self.dropout if self.training else 0.0
-        if not self.use_variant and not need_weights and internals is None:
+        # SDPA's CPU kernels take no dropout: with dropout_p > 0 it runs its math path, whose
+        # float32 bernoulli_ mask costs more than the steps below with the kernel's mask
+        sdpa = not (drop > 0 and q.device.type == "cpu")
+        if not self.use_variant and not need_weights and internals is None and sdpa:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
             return self.o(self._merge(out)), None
 
@@ -132,7 +136,7 @@ class MultiHeadAttention(nn.Module):
         attn = unit.weights(self, scores, q, x, keys, allowed, internals)
         if internals is not None:
             internals["attn"] = attn
-        dropped = F.dropout(attn, drop, self.training) if drop > 0 else attn
+        dropped = dropout_kernel.dropout(attn, drop, self.training) if drop > 0 else attn
         out = dropped @ v  # (B, H, T, d_h)
         extra = unit.values(self, dropped, ctx)
         if extra is not None:

@@ -23,6 +23,8 @@ default), the hook other heads (e.g. NgramRes) can reuse. Every linear map of at
 feed-forward and output is a ``packed.PackedLinear``: an nn.Linear whose training products take
 bfloat16 operands under ``train.amp`` on a CPU with bfloat16 units, and which takes packed
 weights when there is no autograd (search, validation; in bfloat16 with ``translate --bf16``).
+Dropout (embeddings, sub-layer outputs with the residual add, the feed-forward's ReLU) goes
+through ``kernels/dropout.py``: F.dropout with cheaper masks on the CPU.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
+from attnmt.kernels import dropout as dropout_kernel
 from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers
 from attnmt.kernels.packed import PackedLinear
 from attnmt.models.common import lengths_to_mask
@@ -79,7 +81,7 @@ class Embedder(nn.Module):
             x = x + self.learned(pos)
         elif self.absolute:
             x = x + sinusoidal(offset + T, x.size(-1), ids.device)[offset:].to(x.dtype)
-        return self.dropout(x)
+        return dropout_kernel.dropout(x, self.dropout.p, self.training)
 
 
 class FeedForward(nn.Module):
@@ -92,7 +94,7 @@ class FeedForward(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.dropout(F.relu(self.w1(x)), self.dropout, self.training))
+        return self.w2(dropout_kernel.relu_dropout(self.w1(x), self.dropout, self.training))
 
 
 def _attention(cfg: ModelConfig, variant: str) -> MultiHeadAttention:
@@ -119,7 +121,7 @@ class Layer(nn.Module):
 
     def _sub(self, x: torch.Tensor, norm: nn.LayerNorm, fn) -> tuple[torch.Tensor, object]:
         out, extra = fn(norm(x) if self.pre else x)
-        x = x + self.dropout(out)
+        x = dropout_kernel.dropout_add(x, out, self.dropout.p, self.training)
         return (x if self.pre else norm(x)), extra
 
     def forward(
