@@ -129,3 +129,27 @@ def test_trainer_step_equals_the_plain_loss_path(tiny_corpus, tmp_path, monkeypa
     assert abs(got[0] - want[0]) < 1e-4 * abs(want[0])
     for name in want[2]:
         torch.testing.assert_close(got[2][name], want[2][name], atol=1e-5, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("lm", [False, True])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_transformer_token_loss_equals_loss_over_full_logits(lm, smoothing):
+    """Transformer / TransformerLM.token_loss: the output layer on non-padding rows through
+    fused_loss, equal to the cross-entropy of forward's logits, dropout (same masks) included."""
+    from attnmt.config import Config
+    from attnmt.models import build_model
+
+    torch.manual_seed(5)
+    cfg = Config(model=ModelConfig(type="transformer"))
+    cfg.task = "lm" if lm else "translate"
+    m = cfg.model
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = 2, 16, 4, 32, 0.3
+    model = build_model(cfg, 30, 30).double().train()
+    b = _batch(3, 30, 30)
+    want_loss, want = _loss_and_grads(model, lambda: _full_loss(model, b, smoothing), seed=11)
+    got_loss, got = _loss_and_grads(
+        model, lambda: model.token_loss(b.src, b.src_lengths, b.tgt_in, b.tgt_out, smoothing), seed=11
+    )
+    torch.testing.assert_close(got_loss, want_loss, atol=1e-10, rtol=0)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=1e-10, rtol=0, msg=name)

@@ -101,6 +101,8 @@ def linear_cross_entropy(
     return _LinearCrossEntropy.apply(x, weight, bias, target, float(smoothing))
 
 
-KERNELS = (Kernel("fused_loss.linear_cross_entropy", "loss", "attnmt.models.seq2seq.Seq2Seq",
-                   "token_loss: the output layer and cross-entropy", lambda model: (True, ""),
-                   ("cpu",), linear_cross_entropy),)
+KERNELS = tuple(Kernel("fused_loss.linear_cross_entropy", "loss", model,
+                       "token_loss: the output layer and cross-entropy", lambda model: (True, ""),
+                       ("cpu",), linear_cross_entropy)
+                for model in ("attnmt.models.seq2seq.Seq2Seq", "attnmt.models.transformer.Transformer",
+                              "attnmt.models.transformer.TransformerLM"))

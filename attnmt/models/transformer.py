@@ -24,7 +24,9 @@ feed-forward and output is a ``packed.PackedLinear``: an nn.Linear whose trainin
 bfloat16 operands under ``train.amp`` on a CPU with bfloat16 units, and which takes packed
 weights when there is no autograd (search, validation; in bfloat16 with ``translate --bf16``).
 Dropout (embeddings, sub-layer outputs with the residual add, the feed-forward's ReLU) goes
-through ``kernels/dropout.py``: F.dropout with cheaper masks on the CPU.
+through ``kernels/dropout.py``: F.dropout with cheaper masks on the CPU. ``token_loss`` (the
+trainer's loss) applies the output layer to non-padding positions only, through
+``kernels/fused_loss.py`` on the CPU.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention.multihead import MultiHeadAttention, window_options
@@ -39,6 +42,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.kernels import dropout as dropout_kernel
+from attnmt.kernels.fused_loss import linear_cross_entropy
 from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers
 from attnmt.kernels.packed import PackedLinear
 from attnmt.models.common import lengths_to_mask
@@ -215,6 +219,21 @@ def _empty_state(model: nn.Module, layers: int) -> list:
     return buffers(layers) if model.kv_buffers and not torch.is_grad_enabled() else []
 
 
+def _output_loss(output: nn.Linear, h: torch.Tensor, tgt_out: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """``models.common.token_loss(output(h), tgt_out, smoothing)`` with the output layer applied
+    to the non-padding positions only, and on the CPU with autograd through
+    ``fused_loss.linear_cross_entropy`` (the output layer and the loss in one node, as the LSTM's
+    ``Seq2Seq.token_loss``)."""
+    keep = tgt_out != PAD  # (B, T)
+    h, target = h[keep], tgt_out[keep]
+    if torch.is_grad_enabled() and h.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+        return linear_cross_entropy(h, output.weight, output.bias, target, smoothing)
+    logits = output(h)  # (N, V)
+    if logits.dtype in (torch.float16, torch.bfloat16):  # AMP: the loss in float32
+        logits = logits.float()
+    return F.cross_entropy(logits, target, reduction="sum", label_smoothing=smoothing)
+
+
 def set_variants(model: nn.Module, enabled: bool) -> None:
     """Switch every non-standard attention of ``model`` on or off (off = plain Transformer)."""
     for m in model.modules():
@@ -271,6 +290,14 @@ class Transformer(nn.Module):
         logits, weights, _ = self.decode(tgt_in, self.encode(src, src_lengths), need_weights=need_weights)
         return logits, weights
 
+    def token_loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                   tgt_out: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+        """``models.common.token_loss(self(src, src_lengths, tgt_in)[0], tgt_out, smoothing)``
+        without logits for padding positions (the trainer calls it when the class defines it)."""
+        enc = self.encode(src, src_lengths)
+        h, _, _ = self.decoder(self.tgt_embed(tgt_in), None, True, None, 0, enc["cross"], enc["mask"])
+        return _output_loss(self.output, h, tgt_out, smoothing)
+
     def step(self, prefix, state, enc, need_weights: bool = False):
         t = prefix.size(1) - 1  # position of the token fed now
         logits, weights, caches = self.decode(prefix[:, -1:], enc, state["layers"], t, need_weights)
@@ -301,6 +328,13 @@ class TransformerLM(nn.Module):
     def forward(self, src, src_lengths, tgt_in, need_weights: bool = False):
         h, _ = self.hidden(tgt_in)
         return self.output(h), None
+
+    def token_loss(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                   tgt_out: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+        """``models.common.token_loss(self(src, src_lengths, tgt_in)[0], tgt_out, smoothing)``
+        without logits for padding positions."""
+        h, _ = self.hidden(tgt_in)
+        return _output_loss(self.output, h, tgt_out, smoothing)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor) -> dict:
         return {"lengths": src_lengths}  # nothing to encode; keeps the batch size for the search
