@@ -30,6 +30,7 @@ from attnmt.attention.relative import Relative
 from attnmt.attention.variant import Variant
 from attnmt.attention.window import Window, WindowOptions, window_options
 from attnmt.kernels import dropout as dropout_kernel
+from attnmt.kernels import packed
 
 UNITS: tuple[type[Variant], ...] = (Variant, Relative, Localness, Window)
 VARIANTS = tuple(name for unit in UNITS for name in unit.names)
@@ -87,7 +88,8 @@ class MultiHeadAttention(nn.Module):
 
     def project_keys(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Everything attention needs from the key side: (B, S, D) -> dict of (B, H, S, ·)."""
-        keys = {"k": self._split(self.k(x)), "v": self._split(self.v(x))}
+        k, v = packed.products(x, (self.k, self.v))  # training: one product of [W_k; W_v]
+        keys = {"k": self._split(k), "v": self._split(v)}
         keys.update(self.unit.keys(self, x))  # cached even when the variant is switched off
         return keys
 

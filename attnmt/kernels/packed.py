@@ -111,6 +111,19 @@ def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return F.linear(x, weight, bias)
 
 
+def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) -> list[torch.Tensor]:
+    """``[lin(x) for lin in linears]`` with autograd as one ``product`` of their weights stacked
+    (out_1 + out_2 + ..., in): one larger product instead of several, and with bf16 products on
+    x rounded once. The results are views of the one output (last dimension split). Elsewhere
+    (no autograd, or the maps are no plain PackedLinear of float32 weights) the maps one by one."""
+    if not (torch.is_grad_enabled() and all(type(lin) is PackedLinear and lin.weight.dtype == x.dtype
+                                            and lin.bias is not None for lin in linears)):
+        return [lin(x) for lin in linears]
+    weight = torch.cat([lin.weight for lin in linears])
+    bias = torch.cat([lin.bias for lin in linears])
+    return list(product(x, weight, bias).split([lin.out_features for lin in linears], dim=-1))
+
+
 @dataclass
 class Packed:
     """A weight (out, in) ready for ``linear``, and the plain weight it was made from."""

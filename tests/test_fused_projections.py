@@ -1,0 +1,55 @@
+"""packed.products (one product of stacked weights, the attention's [W_k; W_v]) against the
+maps one by one: outputs and every gradient, float32 and with bf16 products; parameter names
+(checkpoints, the CTranslate2 export) unchanged."""
+
+import pytest
+import torch
+
+from attnmt.attention.multihead import MultiHeadAttention
+from attnmt.kernels import packed
+from attnmt.kernels.packed import PackedLinear
+
+
+def _grads(fn, params, x):
+    for p in params:
+        p.grad = None
+    x.grad = None
+    outs = fn()
+    sum((o * torch.arange(o.numel()).view(o.shape).sin()).sum() for o in outs).backward()
+    return [o.detach() for o in outs], [p.grad.clone() for p in params] + [x.grad.clone()]
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_products_equal_the_maps_one_by_one(bf16):
+    if bf16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("oneDNN without bfloat16 on this CPU")
+    torch.manual_seed(0)
+    a, b = PackedLinear(24, 16), PackedLinear(24, 8)
+    params = [a.weight, a.bias, b.weight, b.bias]
+    x = torch.randn(3, 5, 24, requires_grad=True)
+    with packed.bf16_products(bf16):
+        want = _grads(lambda: [a(x), b(x)], params, x)
+        got = _grads(lambda: packed.products(x, (a, b)), params, x)
+    tol = dict(atol=2e-2, rtol=2e-2) if bf16 else dict(atol=1e-5, rtol=1e-5)
+    for w, g in zip(want[0] + want[1], got[0] + got[1]):
+        torch.testing.assert_close(g, w, **tol)
+
+
+def test_no_grad_and_plain_linears_take_the_maps_one_by_one():
+    a, b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 2)
+    x = torch.randn(2, 4)
+    got = packed.products(x, (a, b))
+    assert [t.shape[-1] for t in got] == [3, 2]
+    with torch.no_grad():
+        c, d = PackedLinear(4, 3), PackedLinear(4, 2)
+        torch.testing.assert_close(packed.products(x, (c, d))[0], c(x))
+
+
+def test_attention_keys_keep_their_parameter_names():
+    attn = MultiHeadAttention(16, 4, linear=PackedLinear)
+    names = set(attn.state_dict())
+    assert {"k.weight", "k.bias", "v.weight", "v.bias", "q.weight", "o.weight"} <= names
+    x = torch.randn(2, 3, 16)
+    keys = attn.project_keys(x)
+    torch.testing.assert_close(keys["k"], attn._split(attn.k(x)))
+    torch.testing.assert_close(keys["v"], attn._split(attn.v(x)))
