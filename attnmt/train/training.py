@@ -39,6 +39,7 @@ from attnmt.errors import UserError
 from attnmt.jsonio import dumps
 from attnmt.kernels import dispatch
 from attnmt.kernels.packed import bf16_products, native_bf16
+from attnmt.train.allocator import keep_freed_memory
 from attnmt.models import build_model
 from attnmt.models.common import loss_units, model_loss, token_loss
 from attnmt.runs.checkpoint import (
@@ -230,6 +231,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=use_amp and dtype == torch.float16)
         # CPU: the LSTM's products in bfloat16 where the CPU has bfloat16 units (kernels/packed.py)
         self.cpu_bf16 = t.amp and self.device.type == "cpu" and native_bf16()
+        if self.device.type == "cpu":  # an update's large tensors reuse the last one's pages
+            keep_freed_memory()
         self.stop_requested = False
 
     # -- state ---------------------------------------------------------------------------------
