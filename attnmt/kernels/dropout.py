@@ -15,8 +15,8 @@ one call of torch's generator (``random_`` over the full 64-bit range) gives fou
 element is dropped when its 16 bits, as a signed integer, fall below −32768 + round(p · 65536),
 so P(drop) = round(p · 65536) / 65536, within 2⁻¹⁷ (7.6e-6) of p. The bits come from torch's
 default CPU generator, so ``torch.manual_seed`` (``train.seed``) makes the masks reproducible.
-The mask is kept as one byte per element (bool) and applied with ``masked_fill``; the scale is
-folded into the residual add where there is one.
+The mask is kept as one byte per element (bool) and applied in place to the scaled copy (two
+passes over the tensor, not three); the scale is folded into the residual add where there is one.
 
 Elsewhere (CUDA, whose fused dropout kernel is fast; not training; p = 0) the functions are
 the definitions themselves.
@@ -55,12 +55,12 @@ class _Dropout(torch.autograd.Function):
         scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(drop)
         ctx.scale = scale
-        return x.masked_fill(drop, 0).mul_(scale)
+        return x.mul(scale).masked_fill_(drop, 0)
 
     @staticmethod
     def backward(ctx, grad):
         (drop,) = ctx.saved_tensors
-        return grad.masked_fill(drop, 0).mul_(ctx.scale), None
+        return grad.mul(ctx.scale).masked_fill_(drop, 0), None
 
 
 class _DropoutAdd(torch.autograd.Function):
@@ -75,7 +75,7 @@ class _DropoutAdd(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (drop,) = ctx.saved_tensors
-        d_x = grad.masked_fill(drop, 0).mul_(ctx.scale) if ctx.needs_input_grad[1] else None
+        d_x = grad.mul(ctx.scale).masked_fill_(drop, 0) if ctx.needs_input_grad[1] else None
         return (grad if ctx.needs_input_grad[0] else None), d_x, None
 
 
@@ -87,12 +87,12 @@ class _ReluDropout(torch.autograd.Function):
         scale = 1.0 / (1.0 - p)
         ctx.save_for_backward(off)
         ctx.scale = scale
-        return x.masked_fill(off, 0).mul_(scale)
+        return x.mul(scale).masked_fill_(off, 0)
 
     @staticmethod
     def backward(ctx, grad):
         (off,) = ctx.saved_tensors
-        return grad.masked_fill(off, 0).mul_(ctx.scale), None
+        return grad.mul(ctx.scale).masked_fill_(off, 0), None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
