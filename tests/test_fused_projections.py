@@ -53,3 +53,25 @@ def test_attention_keys_keep_their_parameter_names():
     keys = attn.project_keys(x)
     torch.testing.assert_close(keys["k"], attn._split(attn.k(x)))
     torch.testing.assert_close(keys["v"], attn._split(attn.v(x)))
+
+
+def test_self_attention_queries_keys_values_in_one_product():
+    torch.manual_seed(1)
+    attn = MultiHeadAttention(16, 4, linear=PackedLinear)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    params = list(attn.parameters())
+
+    def fused():
+        q, keys = attn.project_self(x)
+        return [attn(x, keys, mask, True, 0, False, None, q)[0]]
+
+    def apart():
+        return [attn(x, attn.project_keys(x), mask, True, 0)[0]]
+
+    want, got = _grads(apart, params, x), _grads(fused, params, x)
+    for w, g in zip(want[0] + want[1], got[0] + got[1]):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # search: no queries from project_self, forward projects them
+        q, keys = attn.project_self(x)
+        assert q is None and set(keys) == {"k", "v"}

@@ -93,6 +93,17 @@ class MultiHeadAttention(nn.Module):
         keys.update(self.unit.keys(self, x))  # cached even when the variant is switched off
         return keys
 
+    def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Self-attention's queries and ``project_keys(x)`` of the same x: in training one product
+        of [W_q; W_k; W_v] (``packed.products``), queries (B, H, T, d_h); elsewhere None (forward
+        then projects them itself) and the keys."""
+        if not torch.is_grad_enabled():
+            return None, self.project_keys(x)
+        q, k, v = packed.products(x, (self.q, self.k, self.v))
+        keys = {"k": self._split(k), "v": self._split(v)}
+        keys.update(self.unit.keys(self, x))
+        return self._split(q), keys
+
     # -- attention ------------------------------------------------------------------------------
     def forward(
         self,
@@ -103,13 +114,15 @@ class MultiHeadAttention(nn.Module):
         q_offset: int = 0,
         need_weights: bool = False,
         internals: dict | None = None,
+        queries: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, D) queries; keys from ``project_keys`` (S keys); key_mask (B, S) bool, True on
         real keys (None: all real); causal: query t (absolute position q_offset + t) sees keys
         <= its position. Returns output (B, T, D) and weights (B, H, T, S) when asked.
         ``internals``, if a dict, receives the weights ``attn`` and, for window variants, the soft
-        mask ``mask`` and pointers ``phi_l``, ``phi_r``, all (B, H, T, S)."""
-        q = self._split(self.q(x))  # (B, H, T, d_h)
+        mask ``mask`` and pointers ``phi_l``, ``phi_r``, all (B, H, T, S). ``queries``: the
+        projected queries of x when the caller has them (``project_self``)."""
+        q = self._split(self.q(x)) if queries is None else queries  # (B, H, T, d_h)
         k, v = keys["k"], keys["v"]
         T, S = q.size(2), k.size(2)
         # a decoding step's one query, at the last position, sees every key: no causal mask

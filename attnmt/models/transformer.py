@@ -149,14 +149,14 @@ class Layer(nn.Module):
         self_int = {} if internals is not None else None
 
         def self_attention(h):
-            keys = self.self_attn.project_keys(h)
+            queries, keys = self.self_attn.project_self(h)  # training: Q, K, V in one product
             if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
                 keys, state[0] = cache.extend(keys)
             else:
                 if cache:
                     keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
                 state[0] = keys
-            return self.self_attn(h, keys, mask, causal, offset, False, self_int)
+            return self.self_attn(h, keys, mask, causal, offset, False, self_int, queries)
 
         x, _ = self._sub(x, self.self_norm, self_attention)
         weights = None
