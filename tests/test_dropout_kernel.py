@@ -103,3 +103,24 @@ def test_attention_weight_dropout_is_the_definition():
     torch.testing.assert_close(out, ref)
     out.sum().backward()
     assert attn.q.weight.grad is not None and attn.q.weight.grad.abs().sum() > 0
+
+
+def test_attention_kernel_equals_the_definitions_steps():
+    """kernels/attention_dropout (the mask as an additive bias joined with the scale) against
+    MultiHeadAttention's own steps (need_weights=True takes them), same dropout masks: outputs
+    and gradients, key mask and causal."""
+    torch.manual_seed(2)
+    attn = MultiHeadAttention(32, 4, dropout=0.2).train()
+    x = torch.randn(3, 6, 32, requires_grad=True)
+    key_mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True] * 2 + [False] * 4])
+    for causal in (False, True):
+        results = []
+        for need_weights in (False, True):
+            attn.zero_grad()
+            x.grad = None
+            torch.manual_seed(5)
+            out = attn(x, attn.project_keys(x), key_mask, causal, 0, need_weights)[0]
+            out.pow(2).sum().backward()
+            results.append([out.detach(), x.grad.clone()] + [p.grad.clone() for p in attn.parameters()])
+        for fast, ref in zip(*results):
+            torch.testing.assert_close(fast, ref, atol=1e-6, rtol=1e-5)

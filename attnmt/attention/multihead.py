@@ -29,6 +29,7 @@ from attnmt.attention.localness import Localness
 from attnmt.attention.relative import Relative
 from attnmt.attention.variant import Variant
 from attnmt.attention.window import Window, WindowOptions, window_options
+from attnmt.kernels import attention_dropout
 from attnmt.kernels import dropout as dropout_kernel
 from attnmt.kernels import packed
 
@@ -133,11 +134,13 @@ class MultiHeadAttention(nn.Module):
             earlier = (torch.arange(S, device=q.device)[None, :] <= q_pos[:, None])[None, None]
             allowed = earlier if allowed is None else allowed & earlier
         drop = self.dropout if self.training else 0.0
-        # SDPA's CPU kernels take no dropout: with dropout_p > 0 it runs its math path, whose
-        # float32 bernoulli_ mask costs more than the steps below with the kernel's mask
-        sdpa = not (drop > 0 and q.device.type == "cpu")
-        if not self.use_variant and not need_weights and internals is None and sdpa:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
+        if not self.use_variant and not need_weights and internals is None:
+            if drop > 0 and q.device.type == "cpu":
+                # SDPA's CPU kernels take no dropout: with dropout_p > 0 it runs its math path,
+                # whose float32 bernoulli_ mask costs more than the kernel's steps
+                out = attention_dropout.attention(q, k, v, allowed, self.scale, drop)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
             return self.o(self._merge(out)), None
 
         if allowed is None:

@@ -1,0 +1,37 @@
+"""Standard attention with dropout on its weights, for training on the CPU.
+
+Definition (``attnmt.attention.variant.Variant``, standard attention, as
+``MultiHeadAttention.forward`` computes it with dropout p):
+
+    A   = softmax(masked(Q Kᵀ · s))        masked: −inf where a key is not allowed
+    out = dropout(A, p) V
+
+SDPA's CPU kernels take no dropout (with dropout_p > 0 it runs its math path and draws the mask
+with ``bernoulli_``), so training with dropout runs these steps. Here the key mask becomes an
+additive bias of 0 / −inf once per call ((B|1, 1, T|1, S), far smaller than the scores) and the
+scale and the bias join in one pass, ``bias + s · (Q Kᵀ)`` (``torch.add`` with ``alpha``; equal
+to masked_fill of the scaled scores: x + 0 = x, x + −inf = −inf), where the definition's steps
+scale, negate the mask and fill (a clone and a fill, and the fill again in the backward). The
+weights' dropout is ``kernels/dropout.dropout``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnmt.kernels.dropout import dropout
+
+IMPLEMENTS = ("attnmt.attention.variant.Variant",)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
+              scale: float, p: float, training: bool = True) -> torch.Tensor:
+    """dropout(softmax(QKᵀ·scale masked by ``allowed``), p) V. q (B, H, T, d), k and v (B, H, S,
+    d), allowed bool broadcastable to (B, H, T, S), True where a key may be seen (None: all)."""
+    scores = q @ k.transpose(-1, -2)
+    if allowed is not None:
+        bias = torch.zeros(allowed.shape, dtype=scores.dtype, device=scores.device)
+        scores = torch.add(bias.masked_fill_(~allowed, float("-inf")), scores, alpha=scale)
+    else:
+        scores = scores * scale
+    return dropout(torch.softmax(scores, dim=-1), p, training) @ v
