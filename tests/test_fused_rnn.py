@@ -251,3 +251,27 @@ def test_shared_memory_attention_equals_repeated_memory():
         rows = torch.tensor([5, 2, 11])  # single rows: the shared memory is copied per row
         for a, b in zip(att(query[rows], shared.select(rows)), att(query[rows], copied.select(rows))):
             torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="oneDNN without bfloat16")
+def test_linear_cross_entropy_with_bf16_products_is_the_loss_of_rounded_operands():
+    """bf16 products: x and W rounded once in the forward and reused by the backward's products;
+    the loss is that of the rounded operands, the gradients theirs up to the gradient's rounding."""
+    from attnmt.kernels import packed
+    from attnmt.kernels.fused_loss import linear_cross_entropy
+
+    torch.manual_seed(1)
+    x = torch.randn(40, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=True)
+    y = torch.randint(0, 50, (40,))
+    with packed.bf16_products():
+        got = linear_cross_entropy(x, w, None, y, 0.1)
+        got.backward()
+    xr = x.detach().bfloat16().double().requires_grad_()
+    wr = w.detach().bfloat16().double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(xr @ wr.t(), y, reduction="sum", label_smoothing=0.1)
+    want.backward()
+    torch.testing.assert_close(got.double(), want, atol=0, rtol=1e-3)
+    for g, r in ((x.grad, xr.grad), (w.grad, wr.grad)):
+        assert g.dtype == torch.float32
+        assert (g.double() - r).norm() <= 0.02 * r.norm()

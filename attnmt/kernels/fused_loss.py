@@ -42,8 +42,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, x, weight, bias, target, smoothing):
         flat = _buffer(x.size(0) * weight.size(0), x)
         logits = flat[: x.size(0) * weight.size(0)].view(x.size(0), weight.size(0))  # (N, V)
-        if packed.bf16_enabled() and x.dtype == torch.float32 and x.device.type == "cpu":
-            logits.copy_(packed.mm(x, weight.t()))  # bf16 products: operands rounded
+        low = packed.bf16_enabled() and x.dtype == torch.float32 and x.device.type == "cpu"
+        x_low = w_low = None
+        if low:  # bf16 products: the operands rounded once, kept for the backward's products
+            x_low, w_low = x.to(torch.bfloat16), weight.to(torch.bfloat16)
+            logits.copy_(torch.mm(x_low, w_low.t()))
             if bias is not None:
                 logits.add_(bias)
         elif bias is not None:
@@ -62,8 +65,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss = lse - target_logit  # −log p(y)
         if smoothing > 0:
             loss = (1 - smoothing) * loss + smoothing * (lse - mean_logit)
-        ctx.save_for_backward(x, weight, probs, target)
-        ctx.smoothing, ctx.has_bias, ctx.spent, ctx.flat = smoothing, bias is not None, False, flat
+        ctx.save_for_backward(x_low if low else x, w_low if low else weight, probs, target)
+        ctx.smoothing, ctx.has_bias, ctx.spent, ctx.flat, ctx.low = smoothing, bias is not None, False, flat, low
         return loss.sum()
 
     @staticmethod
@@ -79,10 +82,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if eps > 0:
             d_logits.sub_(eps / probs.size(1))
         d_logits.mul_(grad)
-        if packed.bf16_enabled() and d_logits.device.type == "cpu":  # round the gradient once
+        if ctx.low:  # x and W: the forward's rounded operands; the gradient rounded once
             d_low = d_logits.to(torch.bfloat16)
-            d_x = packed.mm(d_low, weight)
-            d_w = packed.mm(d_low.t(), x)
+            d_x = torch.mm(d_low, weight).float()
+            d_w = torch.mm(d_low.t(), x).float()
         else:
             d_x = d_logits @ weight
             d_w = d_logits.t() @ x
