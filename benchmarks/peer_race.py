@@ -39,7 +39,9 @@ What it does, on the machine it runs on:
 6. **Measures.** ``steps``: updates in the evaluated state. ``tgt_tok_s``: target pieces per second
    (``</s>`` included, padding excluded) between the first and the last progress report of the run,
    from each side's own log (the peer: ``bsz`` target pieces × 25 updates per report; attnmt: the
-   ``tokens`` counter of log.jsonl), so start-up is not counted; ``s_per_step`` likewise.
+   ``tokens`` counter of log.jsonl), so start-up is not counted; ``s_per_step`` likewise;
+   ``tgt_tok_s_median``: the median of the rates between consecutive reports, which a stretch of
+   disturbance does not move.
    ``budget_tok_s``: pieces trained in the evaluated state / BUDGET. ``dev_ppl``: per target piece
    (``</s>`` included) of the dev set under the evaluated state (the peer: its translator's GOLD
    score with ``-tgt``, converted from per sentence to per piece; attnmt: ``attnmt score --model``).
@@ -186,10 +188,14 @@ def rates(records: list[tuple[float, int, int]], budget: float, steps: int, toke
     if len(records) < 2:
         raise RaceError("fewer than two progress reports inside the budget: raise --budget")
     (t0, s0, k0), (t1, s1, k1) = records[0], records[-1]
+    windows = sorted((kb - ka) / max(tb - ta, 1e-9) for (ta, _, ka), (tb, _, kb) in zip(records, records[1:]))
     return {
         "steps": steps,
         "s_per_step": round((t1 - t0) / max(s1 - s0, 1), 3),
         "tgt_tok_s": round((k1 - k0) / max(t1 - t0, 1e-9), 1),
+        # the median report-to-report rate: what a stretch of disturbance (another process on one
+        # of the two cores stalls both OpenMP threads) does not move, unlike the mean above
+        "tgt_tok_s_median": round(windows[len(windows) // 2], 1),
         "budget_tok_s": round(tokens / budget, 1),
         "tgt_tokens": tokens,
     }

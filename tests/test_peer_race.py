@@ -148,3 +148,13 @@ def test_a_side_raced_earlier_stands_in_a_row_only_with_the_same_settings(tmp_pa
     assert not (side / "result.json.tmp").exists()
     args.budget = 300.0
     assert peer_race.load_side(side, args) is None  # another budget: not the same race
+
+
+def test_the_median_rate_ignores_a_disturbed_stretch():
+    import peer_race
+
+    # 25 updates of 2,500 pieces per 1 s report, except one report that took 5 s
+    times = [0, 1, 2, 7, 8, 9]
+    records = [(t, 25 * i, 2500 * i) for i, t in enumerate(times)]
+    r = peer_race.rates(records, budget=10, steps=125, tokens=12500)
+    assert r["tgt_tok_s"] == round(12500 / 9, 1) and r["tgt_tok_s_median"] == 2500.0
