@@ -416,6 +416,8 @@ def ratios(row: dict, peer: str) -> dict:
     a, o = row["attnmt"], row[peer]
     out = {"tgt_tok_s": round(a["tgt_tok_s"] / o["tgt_tok_s"], 3),
            "translate_speed": round(o["translate_s"] / a["translate_s"], 3),
+           **({"tgt_tok_s_median": round(a["tgt_tok_s_median"] / o["tgt_tok_s_median"], 3)}
+              if "tgt_tok_s_median" in a and "tgt_tok_s_median" in o else {}),
            "bleu_diff": round(a["bleu"] - o["bleu"], 2)}
     if "translate_int8_s" in a:
         out["translate_speed_int8"] = round(o["translate_s"] / a["translate_int8_s"], 3)
