@@ -465,7 +465,12 @@ def load_side(folder: Path, args) -> dict | None:
     if record.get("key") != side_key(args):
         print(f"peer_race: {path} was raced with other settings; not used", file=sys.stderr)
         return None
-    return {**record["result"], "raced": f"{record['finished']}, commit {record['commit']} (earlier run)"}
+    result = record["result"]
+    if "tgt_tok_s_median" not in result and (folder / "train.log").is_file():  # a peer side raced before
+        # the median existed: the same function on the same log
+        result["tgt_tok_s_median"] = rates(race_peers.reports(folder / "train.log"), args.budget, result["steps"],
+                                           result["tgt_tokens"])["tgt_tok_s_median"]
+    return {**result, "raced": f"{record['finished']}, commit {record['commit']} (earlier run)"}
 
 
 # -- main ---------------------------------------------------------------------------------------
