@@ -437,9 +437,11 @@ def ratios(row: dict, peer: str) -> dict:
 
 # -- sides raced apart ---------------------------------------------------------------------------
 def side_key(args) -> dict:
-    """What must agree for a side raced earlier to stand in a row with one raced now."""
+    """What must agree for a side raced earlier to stand in a row with one raced now. The
+    CTranslate2 compute types (``--ct2``) are not part of it: they only decide which CTranslate2
+    columns a side has, and the ratio row takes the fastest of those present on each side."""
     return {"model": args.model, "recipe": args.recipe, "budget": args.budget, "threads": args.threads,
-            "ct2": args.ct2, "set": args.set, "max_train_lines": args.max_train_lines,
+            "set": args.set, "max_train_lines": args.max_train_lines,
             "max_eval_lines": args.max_eval_lines, "report_every": args.report_every}
 
 
@@ -462,7 +464,7 @@ def load_side(folder: Path, args) -> dict | None:
     if not path.is_file():
         return None
     record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("key") != side_key(args):
+    if {k: v for k, v in record.get("key", {}).items() if k != "ct2"} != side_key(args):  # ct2: older records
         print(f"peer_race: {path} was raced with other settings; not used", file=sys.stderr)
         return None
     result = record["result"]

@@ -146,6 +146,8 @@ def test_a_side_raced_earlier_stands_in_a_row_only_with_the_same_settings(tmp_pa
     loaded = peer_race.load_side(side, args)
     assert loaded["tgt_tok_s"] == 2000.0 and "earlier run" in loaded["raced"]
     assert not (side / "result.json.tmp").exists()
+    args.ct2 = "int8"  # other CTranslate2 columns: still the same race
+    assert peer_race.load_side(side, args)["tgt_tok_s"] == 2000.0
     args.budget = 300.0
     assert peer_race.load_side(side, args) is None  # another budget: not the same race
 

@@ -251,3 +251,15 @@ def test_lm_trains_end_to_end(tmp_path):
     result = perplexity_report(str(tmp_path / "run"), str(tmp_path / "dev.txt"))["results"][0]
     assert abs(result["ppl"] - summary["best_dev_ppl"]) < 1e-2
     assert EOS == 3
+
+
+def test_sinusoidal_positions_read_from_the_kept_table_equal_a_fresh_one():
+    from attnmt.models.transformer import Embedder, sinusoidal
+
+    cfg = _cfg(positions="sinusoidal").model
+    emb = Embedder(30, cfg).eval()
+    ids = torch.randint(4, 30, (2, 3))
+    for offset in (0, 5, 300):  # 300 + 3 outgrows the first table (256 rows)
+        got = emb(ids, offset)
+        want = emb.embed(ids) * emb.scale + sinusoidal(offset + 3, cfg.hidden)[offset:]
+        torch.testing.assert_close(got, want)

@@ -89,17 +89,15 @@ class MultiHeadAttention(nn.Module):
 
     def project_keys(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Everything attention needs from the key side: (B, S, D) -> dict of (B, H, S, ·)."""
-        k, v = packed.products(x, (self.k, self.v))  # training: one product of [W_k; W_v]
+        k, v = packed.products(x, (self.k, self.v))  # one product of [W_k; W_v] where it can
         keys = {"k": self._split(k), "v": self._split(v)}
         keys.update(self.unit.keys(self, x))  # cached even when the variant is switched off
         return keys
 
-    def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        """Self-attention's queries and ``project_keys(x)`` of the same x: in training one product
-        of [W_q; W_k; W_v] (``packed.products``), queries (B, H, T, d_h); elsewhere None (forward
-        then projects them itself) and the keys."""
-        if not torch.is_grad_enabled():
-            return None, self.project_keys(x)
+    def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Self-attention's queries (B, H, T, d_h) and ``project_keys(x)`` of the same x, as one
+        product of [W_q; W_k; W_v] where ``packed.products`` can (training, and a search's or
+        validation's packed maps on the CPU)."""
         q, k, v = packed.products(x, (self.q, self.k, self.v))
         keys = {"k": self._split(k), "v": self._split(v)}
         keys.update(self.unit.keys(self, x))

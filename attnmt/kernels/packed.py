@@ -40,8 +40,9 @@ from torch import nn
 from attnmt.kernels.cache import derived
 from attnmt.kernels.dispatch import Kernel
 
-# the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear)
-IMPLEMENTS = ("torch.nn.Linear", "torch.nn.functional.linear")
+# the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear), and the
+# Transformer's feed-forward W_2 ReLU(W_1 x) in a search (relu_chain)
+IMPLEMENTS = ("torch.nn.Linear", "torch.nn.functional.linear", "attnmt.models.transformer.FeedForward")
 
 _MKLDNN = (
     torch.backends.mkldnn.is_available()
@@ -112,16 +113,34 @@ def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
 
 
 def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) -> list[torch.Tensor]:
-    """``[lin(x) for lin in linears]`` with autograd as one ``product`` of their weights stacked
-    (out_1 + out_2 + ..., in): one larger product instead of several, and with bf16 products on
-    x rounded once. The results are views of the one output (last dimension split). Elsewhere
-    (no autograd, or the maps are no plain PackedLinear of float32 weights) the maps one by one."""
-    if not (torch.is_grad_enabled() and all(type(lin) is PackedLinear and lin.weight.dtype == x.dtype
-                                            and lin.bias is not None for lin in linears)):
+    """``[lin(x) for lin in linears]`` as one product of their weights stacked (out_1 + out_2 +
+    ..., in): one larger product instead of several, x rounded once where products take
+    bfloat16. With autograd: ``product`` of the stacked weights. Without (a search, validation)
+    on the CPU: ``linear`` of the stacked weights packed once (kept by kernels/cache.py on the
+    first map, in the maps' ``bf16_search`` precision). The results are views of the one output
+    (last dimension split). Elsewhere (the maps are no plain PackedLinear of float32 weights
+    with biases, differ in precision, or take int8 products) the maps one by one."""
+    if not all(type(lin) is PackedLinear and lin.weight.dtype == x.dtype and lin.bias is not None
+               for lin in linears):
         return [lin(x) for lin in linears]
-    weight = torch.cat([lin.weight for lin in linears])
-    bias = torch.cat([lin.bias for lin in linears])
-    return list(product(x, weight, bias).split([lin.out_features for lin in linears], dim=-1))
+    sizes = [lin.out_features for lin in linears]
+    if torch.is_grad_enabled():
+        weight = torch.cat([lin.weight for lin in linears])
+        bias = torch.cat([lin.bias for lin in linears])
+        return list(product(x, weight, bias).split(sizes, dim=-1))
+    low = linears[0].bf16_search
+    if (not _MKLDNN or x.device.type != "cpu" or x.dtype != torch.float32
+            or any(lin.int8_search or lin.bf16_search != low for lin in linears)):
+        return [lin(x) for lin in linears]
+    sources = [t for lin in linears for t in (lin.weight, lin.bias)]
+    w, bias = derived(linears[0], f"stacked_{len(linears)}", sources, lambda: _stacked(linears, low), (low,))
+    return list(linear(x, w, bias).split(sizes, dim=-1))
+
+
+def _stacked(linears, low: bool) -> tuple[Packed, torch.Tensor]:
+    """The maps' weights and biases stacked, packed for ``linear`` (``products`` without autograd)."""
+    bias = torch.cat([lin.bias.detach() for lin in linears])
+    return pack(torch.cat([lin.weight.detach() for lin in linears]), 320, low, few_rows=True, bias=bias), bias
 
 
 @dataclass
@@ -131,10 +150,12 @@ class Packed:
     weight: torch.Tensor
     packed: torch.Tensor | None  # oneDNN's layout, or None: use ``weight``
     int8: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (packed q, scale, zero)
+    low_bias: tuple[torch.Tensor, torch.Tensor] | None = None  # (the bias, its bfloat16 rounding)
 
 
 def pack(
-    weight: torch.Tensor, rows: int = 64, bf16: bool | None = None, few_rows: bool = False
+    weight: torch.Tensor, rows: int = 64, bf16: bool | None = None, few_rows: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> Packed:
     """Pack ``weight`` (out, in) for products with blocks of about ``rows`` rows; in bfloat16
     if ``bf16`` (None: as ``bf16_products`` says). The packed copy is a snapshot: pack again
@@ -145,13 +166,15 @@ def pack(
     transpose, (in, out) contiguous: ``F.linear``'s one-row product reads that layout several
     times faster inside a search (greedy search at batch 1, S = 200, an 8,000-word output
     layer: 1.4-1.7x less time per word on an AMD EPYC, docs/RESULTS.md). It costs a copy of
-    the weight."""
+    the weight. ``bias``: the bias ``linear`` will be given with the packed weight, rounded to
+    bfloat16 here once when the weight is (not at every call)."""
     weight = weight.detach()
     if _MKLDNN and weight.device.type == "cpu" and weight.dtype == torch.float32:
         low = _bf16 if bf16 is None else bf16
         plain = (weight.to(torch.bfloat16) if low else weight).contiguous()
         kept = weight.t().contiguous().t() if few_rows and not low else weight
-        return Packed(kept, torch.ops.mkldnn._reorder_linear_weight(plain, rows))
+        low_bias = (bias, bias.detach().to(torch.bfloat16)) if low and bias is not None else None
+        return Packed(kept, torch.ops.mkldnn._reorder_linear_weight(plain, rows), low_bias=low_bias)
     return Packed(weight, None)
 
 
@@ -206,11 +229,37 @@ def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torc
         # the bias joins the product (oneDNN adds it to the float32 sums before the one rounding
         # of the result): adding it afterwards in float32 was a whole extra pass over the output,
         # ~1 ms a search step for the output layer of 320 hypotheses × 8,000 words
-        b = None if bias is None else bias.to(torch.bfloat16)
+        if bias is None:
+            b = None
+        elif w.low_bias is not None and w.low_bias[0] is bias:  # the bias it was packed with
+            b = w.low_bias[1]
+        else:
+            b = bias.to(torch.bfloat16)
         return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, "none", [], "").float()
     if w.packed is not None and x.dtype == torch.float32:
         return torch.ops.mkldnn._linear_pointwise(x, w.packed, bias, "none", [], "")
     return F.linear(x, w.weight, bias)
+
+
+def relu_chain(x: torch.Tensor, first: "PackedLinear", second: "PackedLinear") -> torch.Tensor | None:
+    """``second(relu(first(x)))`` in a search's bfloat16 products (no autograd, the CPU, both maps
+    ``bf16_search`` and not int8; None elsewhere): the ReLU fused into the first product
+    (oneDNN's post-op) and the hidden layer left in bfloat16 for the second. The same numbers as
+    the maps one by one: each rounds its input to bfloat16 anyway, and rounding keeps signs, so
+    ReLU before or after it is the same; two conversions of the (rows, ff) hidden layer and a
+    pass of ReLU saved (a Transformer decoder's feed-forward at every search step)."""
+    if (torch.is_grad_enabled() or not _MKLDNN or x.device.type != "cpu" or x.dtype != torch.float32
+            or not (first.bf16_search and second.bf16_search) or first.int8_search or second.int8_search
+            or type(first) is not PackedLinear or type(second) is not PackedLinear
+            or first.weight.dtype != torch.float32 or second.weight.dtype != torch.float32):
+        return None
+    w1, w2 = first._packed(), second._packed()
+    if w1.packed is None or w2.packed is None or w1.packed.dtype != torch.bfloat16:
+        return None
+    b1 = None if first.bias is None else w1.low_bias[1]
+    b2 = None if second.bias is None else w2.low_bias[1]
+    hidden = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w1.packed, b1, "relu", [], "")
+    return torch.ops.mkldnn._linear_pointwise(hidden, w2.packed, b2, "none", [], "").float()
 
 
 def linear_add(x: torch.Tensor, w: Packed, other: torch.Tensor) -> torch.Tensor:
@@ -256,10 +305,14 @@ class PackedLinear(nn.Linear):
         if self.int8_search and INT8:
             return derived(self, "packed_weight", (self.weight,), lambda: pack_int8(self.weight, 320),
                            ("int8",))
-        return derived(self, "packed_weight", (self.weight,),
-                       lambda: pack(self.weight, 320, self.bf16_search, few_rows=True),
+        sources = (self.weight,) if self.bias is None else (self.weight, self.bias)
+        return derived(self, "packed_weight", sources,
+                       lambda: pack(self.weight, 320, self.bf16_search, few_rows=True, bias=self.bias),
                        (self.bf16_search,))
 
 
 KERNELS = (Kernel("packed.PackedLinear", "linear maps", "attnmt.kernels.packed.PackedLinear",
-                   "float32 weights", lambda linear: (True, ""), ("cpu",), PackedLinear),)
+                   "float32 weights", lambda linear: (True, ""), ("cpu",), PackedLinear),
+           Kernel("packed.relu_chain", "feed-forward search", "attnmt.models.transformer.FeedForward",
+                  "a search's bfloat16 products (elsewhere the maps one by one)", lambda ff: (True, ""),
+                  ("cpu",), relu_chain))

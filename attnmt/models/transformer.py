@@ -42,9 +42,10 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.kernels import dropout as dropout_kernel
+from attnmt.kernels.cache import growing
 from attnmt.kernels.fused_loss import linear_cross_entropy
 from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers
-from attnmt.kernels.packed import PackedLinear
+from attnmt.kernels.packed import PackedLinear, relu_chain
 from attnmt.models.common import lengths_to_mask
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
@@ -84,8 +85,16 @@ class Embedder(nn.Module):
             pos = (torch.arange(T, device=ids.device) + offset).clamp(max=self.learned.num_embeddings - 1)
             x = x + self.learned(pos)
         elif self.absolute:
-            x = x + sinusoidal(offset + T, x.size(-1), ids.device)[offset:].to(x.dtype)
+            x = x + self._sinusoid(offset + T, x.size(-1), ids.device)[offset : offset + T].to(x.dtype)
         return dropout_kernel.dropout(x, self.dropout.p, self.training)
+
+
+    def _sinusoid(self, n: int, d: int, device: torch.device) -> torch.Tensor:
+        """``sinusoidal(n', d)`` for some n' ≥ n, kept from call to call (a search step reads one
+        row; building the table anew every step cost O(t) work and eight tensor ops)."""
+        return growing(self, "sinusoid", (), lambda kept: sinusoidal(max(n, 256, 2 * len(kept) if kept is not None
+                                                                         else 0), d, device),
+                       lambda kept: len(kept) >= n and kept.device == device, (d,))
 
 
 class FeedForward(nn.Module):
@@ -98,6 +107,10 @@ class FeedForward(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:  # a search's bfloat16 products: kernels/packed.py, the same numbers
+            fast = relu_chain(x, self.w1, self.w2)
+            if fast is not None:
+                return fast
         return self.w2(dropout_kernel.relu_dropout(self.w1(x), self.dropout, self.training))
 
 
@@ -149,7 +162,7 @@ class Layer(nn.Module):
         self_int = {} if internals is not None else None
 
         def self_attention(h):
-            queries, keys = self.self_attn.project_self(h)  # training: Q, K, V in one product
+            queries, keys = self.self_attn.project_self(h)  # Q, K, V in one product
             if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
                 keys, state[0] = cache.extend(keys)
             else:
