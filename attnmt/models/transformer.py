@@ -92,9 +92,10 @@ class Embedder(nn.Module):
     def _sinusoid(self, n: int, d: int, device: torch.device) -> torch.Tensor:
         """``sinusoidal(n', d)`` for some n' ≥ n, kept from call to call (a search step reads one
         row; building the table anew every step cost O(t) work and eight tensor ops)."""
-        return growing(self, "sinusoid", (), lambda kept: sinusoidal(max(n, 256, 2 * len(kept) if kept is not None
-                                                                         else 0), d, device),
-                       lambda kept: len(kept) >= n and kept.device == device, (d,))
+        def build(kept: torch.Tensor | None) -> torch.Tensor:
+            return sinusoidal(max(n, 256, 2 * len(kept) if kept is not None else 0), d, device)
+
+        return growing(self, "sinusoid", (), build, lambda kept: len(kept) >= n and kept.device == device, (d,))
 
 
 class FeedForward(nn.Module):
