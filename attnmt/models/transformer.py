@@ -88,7 +88,6 @@ class Embedder(nn.Module):
             x = x + self._sinusoid(offset + T, x.size(-1), ids.device)[offset : offset + T].to(x.dtype)
         return dropout_kernel.dropout(x, self.dropout.p, self.training)
 
-
     def _sinusoid(self, n: int, d: int, device: torch.device) -> torch.Tensor:
         """``sinusoidal(n', d)`` for some n' ≥ n, kept from call to call (a search step reads one
         row; building the table anew every step cost O(t) work and eight tensor ops)."""
