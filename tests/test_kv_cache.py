@@ -52,7 +52,7 @@ def _same(a, b):
             assert ha.logprob == pytest.approx(hb.logprob, abs=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["standard", "window-add", "relative"])
+@pytest.mark.parametrize("variant", ["standard", "window-add", "window-mul-seg", "localness", "relative"])
 @pytest.mark.parametrize("rows", [1, 4])  # one sentence: none leaves the batch before the end
 @pytest.mark.parametrize("beam", [1, 5])
 def test_buffered_search_equals_the_definition(variant, rows, beam):

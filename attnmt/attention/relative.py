@@ -52,6 +52,7 @@ class Relative(Variant):
 
     names = ("relative",)
     self_only = True
+    reads_query_positions = True
 
     def __init__(self, name: str = "relative", window=None, relative_clip: int = 16):
         super().__init__(name)

@@ -12,7 +12,9 @@ default leaves attention as it is):
     values(attn, weights, ctx)         added to A V (None: nothing)
 
 ``ctx`` is a dict a variant may use to pass what ``bias`` computed on to ``values``. A variant
-also declares ``self_only`` (it needs query and key positions of one sequence) and checks its
+also declares ``self_only`` (it needs query and key positions of one sequence) and
+``reads_query_positions`` (its bias uses ``q_pos``; else a search may attend a sentence's beam rows
+as one block of queries, kernels/kv_cache.SharedKeys), and checks its
 options in ``check`` (called by config validation with the attention kind it was chosen for and a ``fail(key, message)``).
 ``attnmt/attention/multihead.py`` lists the variants; see ARCHITECTURE.md for adding one.
 """
@@ -32,6 +34,7 @@ class Variant:
 
     names: tuple[str, ...] = ("standard",)  # config values this class implements
     self_only = False
+    reads_query_positions = False  # bias() uses q_pos (the queries' absolute positions)
 
     def __init__(self, name: str = "standard", window: Any = None, relative_clip: int = 16):
         self.name = name  # options: ``window`` (WindowOptions) and ``relative_clip`` for the variants that use them

@@ -157,10 +157,18 @@ class SharedKeys:
 
     def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None):
         """``attn(x, keys, mask)`` (cross-attention, no causal mask) for x (entries·rows, T, D)."""
-        if (self.rows == 1 or attn.use_variant or need_weights or internals is not None
-                or x.size(1) != 1 or attn.training):
+        if self.rows == 1 or need_weights or internals is not None or x.size(1) != 1 or attn.training:
             keys, mask = self.repeated()
             return attn(x, keys, mask, False, 0, need_weights, internals)
+        if attn.use_variant:
+            if attn.unit.reads_query_positions:
+                keys, mask = self.repeated()
+                return attn(x, keys, mask, False, 0, False, None)
+            # without a causal mask each query is attended on its own: an entry's rows, as one
+            # block of queries against its keys, are the definition's rows over repeated keys
+            E, D = x.size(0) // self.rows, x.size(2)
+            out, _ = attn(x.view(E, self.rows, D), self.keys, self.mask, False, 0, False, None)
+            return out.view(E * self.rows, 1, D), None
         q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
         q = q.view(E, self.rows, H, d).transpose(1, 2)  # (E, H, rows, d_h): an entry's rows as queries
@@ -213,5 +221,5 @@ KERNELS = (Kernel("kv_cache.KVBuffer", "search keys", "attnmt.models.transformer
                   "every attention variant (its extra keys are buffered alike)",
                   lambda layer: (True, ""), ("cpu", "cuda"), KVBuffer),
            Kernel("kv_cache.SharedKeys", "search memory", "attnmt.attention.multihead.MultiHeadAttention",
-                  "standard attention without weights (others: the keys repeated once per state)",
+                  "every variant that does not read query positions, without weights (else: the keys repeated once per state)",
                   lambda attn: (True, ""), ("cpu", "cuda"), SharedKeys))
