@@ -118,3 +118,41 @@ def test_packed_linear_trains_on_bfloat16_operands_under_bf16_products():
     y.sum().backward()
     assert x.grad is not None and lin.weight.grad is not None and lin.bias.grad is not None
     torch.testing.assert_close(lin(x).detach(), F.linear(x.detach(), lin.weight.detach(), lin.bias.detach()))
+
+
+def test_attention_products_take_bfloat16_operands_under_bf16_products():
+    """packed.matmul (attention's scores and contexts in training): with bf16 products on, the
+    batched product and its gradients of the operands' bfloat16 roundings, float32 out; off, a @ b."""
+    torch.manual_seed(0)
+    a = torch.randn(6, 5, 16, requires_grad=True)
+    b = torch.randn(6, 16, 7, requires_grad=True)
+    with packed.bf16_products(True):
+        y = packed.matmul(a, b)
+    assert y.dtype == torch.float32
+    rounded = a.detach().to(torch.bfloat16).float() @ b.detach().to(torch.bfloat16).float()
+    torch.testing.assert_close(y.detach(), rounded, rtol=2**-7, atol=1e-2)
+    assert not torch.allclose(y.detach(), a.detach() @ b.detach(), rtol=1e-6, atol=1e-6)
+    g = torch.randn(6, 5, 7)
+    y.backward(g)
+    torch.testing.assert_close(a.grad, g @ b.detach().transpose(1, 2), rtol=2**-6, atol=5e-2)
+    torch.testing.assert_close(b.grad, a.detach().transpose(1, 2) @ g, rtol=2**-6, atol=5e-2)
+    assert torch.equal(packed.matmul(a, b), a @ b)
+
+
+def test_window_attention_trains_under_bf16_products_close_to_float32():
+    """A window variant's attention (scores, pointers, local scores, contexts through
+    packed.matmul) under bf16 products: outputs near float32's, gradients reach every parameter."""
+    from attnmt.attention.multihead import MultiHeadAttention
+    from attnmt.attention.window import WindowOptions
+
+    torch.manual_seed(1)
+    attn = MultiHeadAttention(32, 4, variant="window-add", window=WindowOptions("add", 2)).train()
+    x = torch.randn(3, 7, 32)
+    mask = torch.tensor([[True] * 7, [True] * 5 + [False] * 2, [True] * 3 + [False] * 4])
+    ref, _ = attn(x, attn.project_keys(x), mask)
+    with packed.bf16_products(True):
+        out, _ = attn(x, attn.project_keys(x), mask)
+    torch.testing.assert_close(out, ref, rtol=0.05, atol=0.05)
+    assert not torch.equal(out, ref)
+    out.pow(2).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in attn.parameters())

@@ -145,7 +145,7 @@ class MultiHeadAttention(nn.Module):
             allowed = torch.ones(1, 1, 1, S, dtype=torch.bool, device=q.device)
         unit = self.unit if self.use_variant else _STANDARD
         ctx: dict = {}
-        scores = (q @ k.transpose(-1, -2)) * self.scale  # (B, H, T, S)
+        scores = packed.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, H, T, S)
         bias = unit.bias(self, q, S, allowed, q_pos, ctx)
         if bias is not None:
             scores = scores + bias
@@ -153,7 +153,7 @@ class MultiHeadAttention(nn.Module):
         if internals is not None:
             internals["attn"] = attn
         dropped = dropout_kernel.dropout(attn, drop, self.training) if drop > 0 else attn
-        out = dropped @ v  # (B, H, T, d_h)
+        out = packed.matmul(dropped, v)  # (B, H, T, d_h)
         extra = unit.values(self, dropped, ctx)
         if extra is not None:
             out = out + extra

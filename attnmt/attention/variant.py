@@ -58,7 +58,15 @@ class Variant:
 
     def weights(self, attn, scores: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
                 keys: dict[str, torch.Tensor], allowed: torch.Tensor, internals: dict | None) -> torch.Tensor:
-        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        return torch.softmax(masked(scores, allowed), dim=-1)
 
     def values(self, attn, weights: torch.Tensor, ctx: dict) -> torch.Tensor | None:
         return None
+
+
+def masked(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """``scores.masked_fill(~allowed, −inf)`` for ``allowed`` bool, broadcastable to scores: the
+    same, as an added bias of 0 / −inf the size of ``allowed`` (on the CPU a fill through a
+    broadcast mask takes ~5x the time of the add)."""
+    bias = torch.zeros(allowed.shape, dtype=scores.dtype, device=scores.device)
+    return scores + bias.masked_fill_(~allowed, float("-inf"))

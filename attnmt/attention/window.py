@@ -55,8 +55,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnmt.attention.variant import Variant
+from attnmt.attention.variant import Variant, masked
 from attnmt.errors import key_error
+from attnmt.kernels import packed
 
 MASKS = ("exact", "union", "sum")
 ABLATIONS = ("full",)  # window_mask values that keep the combiner but drop the window (M ≡ 1)
@@ -115,8 +116,7 @@ class BoundaryPointers(nn.Module):
         # einsum batches over heads ((B T) × d_h by d_h × 2 d_h each): cheaper than a matmul
         # broadcast over B, whose weight gradient is a sum over B
         qa = torch.einsum("bhtd,hde->bhte", q, self.bilinear()).reshape(B, H, 2 * T, d)  # rows (t, side)
-        scores = (qa @ k.transpose(-1, -2)).view(B, H, T, 2, S)
-        scores = scores.masked_fill(~allowed.unsqueeze(-2), float("-inf"))
+        scores = masked(packed.matmul(qa, k.transpose(-1, -2)).view(B, H, T, 2, S), allowed.unsqueeze(-2))
         phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
         return phi_l, phi_r
 
@@ -154,8 +154,8 @@ class InputPointers(nn.Module):
         -> φ̂_l, φ̂_r (B, H, T, S)."""
         d = self.head_dim
         q = self._heads(self.query(x))
-        sides = [q[..., i * d:(i + 1) * d] @ keys[..., i * d:(i + 1) * d].transpose(-1, -2) for i in (0, 1)]
-        scores = (torch.stack(sides, dim=-2) * self.tau).masked_fill(~allowed.unsqueeze(-2), float("-inf"))
+        sides = [packed.matmul(q[..., i * d:(i + 1) * d], keys[..., i * d:(i + 1) * d].transpose(-1, -2)) for i in (0, 1)]
+        scores = masked(torch.stack(sides, dim=-2) * self.tau, allowed.unsqueeze(-2))
         phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
         return phi_l, phi_r
 
@@ -278,7 +278,7 @@ def soft_window_mask(phi_l: torch.Tensor, phi_r: torch.Tensor, segment: int = 0,
 
 def combine_multiplicative(scores: torch.Tensor, window: torch.Tensor, allowed: torch.Tensor, renorm: bool = False) -> torch.Tensor:
     """A = softmax(QKᵀ/√d) ⊙ M; scores (B, H, T, S) already scaled, window M (B, H, T, S)."""
-    attn = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) * window
+    attn = torch.softmax(masked(scores, allowed), dim=-1) * window
     if renorm:
         attn = attn / attn.sum(-1, keepdim=True).clamp_min(1e-9)
     return attn
@@ -286,7 +286,7 @@ def combine_multiplicative(scores: torch.Tensor, window: torch.Tensor, allowed: 
 
 def combine_additive(scores: torch.Tensor, local_scores: torch.Tensor, window: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """A = softmax(QKᵀ/√d + (Q_L K_Lᵀ/√d) ⊙ M): the global context stays, the window adds to it."""
-    return torch.softmax((scores + local_scores * window).masked_fill(~allowed, float("-inf")), dim=-1)
+    return torch.softmax(masked(torch.addcmul(scores, local_scores, window), allowed), dim=-1)
 
 
 def window_boundaries(phi_l: torch.Tensor, phi_r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,5 +357,5 @@ class Window(Variant):
                 internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)
         if w.combine == "mul":
             return combine_multiplicative(scores, mask, allowed, w.renorm)
-        local = (attn._split(attn.local_q(x)) @ keys["lk"].transpose(-1, -2)) * attn.scale
+        local = packed.matmul(attn._split(attn.local_q(x)), keys["lk"].transpose(-1, -2)) * attn.scale
         return combine_additive(scores, local, mask, allowed)

@@ -12,7 +12,8 @@ additive bias of 0 / −inf once per call ((B|1, 1, T|1, S), far smaller than th
 scale and the bias join in one pass, ``bias + s · (Q Kᵀ)`` (``torch.add`` with ``alpha``; equal
 to masked_fill of the scaled scores: x + 0 = x, x + −inf = −inf), where the definition's steps
 scale, negate the mask and fill (a clone and a fill, and the fill again in the backward). The
-weights' dropout is ``kernels/dropout.dropout``.
+weights' dropout is ``kernels/dropout.dropout``; the two products are ``packed.matmul`` (bfloat16
+operands under ``train.amp``, as the linear maps).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from attnmt.kernels.dropout import dropout
+from attnmt.kernels.packed import matmul
 
 IMPLEMENTS = ("attnmt.attention.variant.Variant",)
 
@@ -28,10 +30,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
               scale: float, p: float, training: bool = True) -> torch.Tensor:
     """dropout(softmax(QKᵀ·scale masked by ``allowed``), p) V. q (B, H, T, d), k and v (B, H, S,
     d), allowed bool broadcastable to (B, H, T, S), True where a key may be seen (None: all)."""
-    scores = q @ k.transpose(-1, -2)
+    scores = matmul(q, k.transpose(-1, -2))
     if allowed is not None:
         bias = torch.zeros(allowed.shape, dtype=scores.dtype, device=scores.device)
         scores = torch.add(bias.masked_fill_(~allowed, float("-inf")), scores, alpha=scale)
     else:
         scores = scores * scale
-    return dropout(torch.softmax(scores, dim=-1), p, training) @ v
+    return matmul(dropout(torch.softmax(scores, dim=-1), p, training), v)

@@ -15,8 +15,11 @@ one call of torch's generator (``random_`` over the full 64-bit range) gives fou
 element is dropped when its 16 bits, as a signed integer, fall below −32768 + round(p · 65536),
 so P(drop) = round(p · 65536) / 65536, within 2⁻¹⁷ (7.6e-6) of p. The bits come from torch's
 default CPU generator, so ``torch.manual_seed`` (``train.seed``) makes the masks reproducible.
-The mask is kept as one byte per element (bool) and applied in place to the scaled copy (two
-passes over the tensor, not three); the scale is folded into the residual add where there is one.
+The mask is kept as one byte per element and applied by multiplying with its bytes (1 keep,
+0 drop) as uint8: on the CPU ``masked_fill_`` and ``where`` with a random mask run 5-17x slower
+than that product (a 2-million-element feed-forward layer: 4.8 ms against 0.9 ms, 2 threads, AMD
+EPYC; they branch per element), and were a tenth of a Transformer update. The scale is folded
+into the residual add (``addcmul``) where there is one.
 
 Elsewhere (CUDA, whose fused dropout kernel is fast; not training; p = 0) the functions are
 the definitions themselves.
@@ -37,62 +40,65 @@ def _fast(x: torch.Tensor, p: float, training: bool) -> bool:
     return training and 0.0 < p < 1.0 and x.device.type == "cpu" and x.is_floating_point()
 
 
-def drop_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A bool tensor of ``shape``, True (drop) with probability round(p · 65536) / 65536,
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A uint8 tensor of ``shape``: 0 (drop) with probability round(p · 65536) / 65536, else 1,
     independently per element, from torch's default generator."""
     n = 1
     for s in shape:
         n *= int(s)
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(1 << 63), None)
     bits = words.view(torch.int16)[:n].view(shape)
-    return bits < (round(p * _LEVELS) - _LEVELS // 2)
+    return (bits >= (round(p * _LEVELS) - _LEVELS // 2)).view(torch.uint8)
+
+
+def drop_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The dropped elements of ``keep_mask`` (the same draw), as a bool tensor."""
+    return keep_mask(shape, p, device) == 0
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
-        drop = drop_mask(x.shape, p, x.device)
-        scale = 1.0 / (1.0 - p)
-        ctx.save_for_backward(drop)
-        ctx.scale = scale
-        return x.mul(scale).masked_fill_(drop, 0)
+        keep = keep_mask(x.shape, p, x.device)
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return x.mul(keep).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, grad):
-        (drop,) = ctx.saved_tensors
-        return grad.mul(ctx.scale).masked_fill_(drop, 0), None
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None
 
 
 class _DropoutAdd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, res, x, p):
-        drop = drop_mask(x.shape, p, x.device)
-        scale = 1.0 / (1.0 - p)
-        ctx.save_for_backward(drop)
-        ctx.scale = scale
-        return torch.add(res, x.masked_fill(drop, 0), alpha=scale)
+        keep = keep_mask(x.shape, p, x.device)
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return torch.addcmul(res, x, keep, value=ctx.scale)
 
     @staticmethod
     def backward(ctx, grad):
-        (drop,) = ctx.saved_tensors
-        d_x = grad.mul(ctx.scale).masked_fill_(drop, 0) if ctx.needs_input_grad[1] else None
+        (keep,) = ctx.saved_tensors
+        d_x = grad.mul(keep).mul_(ctx.scale) if ctx.needs_input_grad[1] else None
         return (grad if ctx.needs_input_grad[0] else None), d_x, None
 
 
 class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p):
-        # off: zero in the output and no gradient (relu's gradient at 0 is 0, as torch's)
-        off = drop_mask(x.shape, p, x.device).logical_or_(x <= 0)
-        scale = 1.0 / (1.0 - p)
-        ctx.save_for_backward(off)
-        ctx.scale = scale
-        return x.mul(scale).masked_fill_(off, 0)
+        # on: kept and positive; elsewhere zero in the output and no gradient (relu's gradient
+        # at 0 is 0, as torch's); relu first, so that −inf gives 0 as the definition does
+        on = keep_mask(x.shape, p, x.device).view(torch.bool).logical_and_(x > 0).view(torch.uint8)
+        ctx.save_for_backward(on)
+        ctx.scale = 1.0 / (1.0 - p)
+        return torch.relu(x).mul_(on).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, grad):
-        (off,) = ctx.saved_tensors
-        return grad.mul(ctx.scale).masked_fill_(off, 0), None
+        (on,) = ctx.saved_tensors
+        return grad.mul(on).mul_(ctx.scale), None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
