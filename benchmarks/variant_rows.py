@@ -17,6 +17,13 @@ long the outputs are, and an under-trained model's outputs differ in length by v
 decoding ratio is taken per output piece (``ms_per_piece``: the translate command's wall time /
 the pieces it wrote, sentencepiece-encoded) as well as per command.
 
+``--limit-lines N`` adds decoding at equal work: per variant a model after one update (random
+but for one step of warm-up, so no hypothesis ends before its length limit 2·|x| + 10 and every
+variant writes the same number of pieces), and the whole translate command on the first N test
+lines, beam 5, batches of 64, ``--limit-rounds`` rounds over the variants in turn (the fastest
+round of each, against the box's drift): ``limit_translate_s`` and ``limit_decode_ratio``.
+``--limit-only`` measures that alone (no training rows).
+
 The last line is one JSON object {"size", "budget", "threads", "rows": [{variant, ...}], ...};
 the line before it a summary: each variant's step-time and decoding ratios to standard.
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -56,17 +64,51 @@ def output_pieces(hyp: Path, spm_model: Path) -> int:
     return sum(len(sp.encode(line)) + 1 for line in hyp.read_text(encoding="utf-8").splitlines())
 
 
+RATIOS = {"step_ratio": "s_per_step", "decode_ratio": "translate_s", "decode_piece_ratio": "ms_per_piece",
+          "limit_decode_ratio": "limit_translate_s"}
+
+
 def with_ratios(rows: list[dict]) -> list[dict]:
-    """Each row's ``step_ratio`` (s_per_step / standard's), ``decode_ratio`` (translate_s / standard's)
-    and ``decode_piece_ratio`` (ms_per_piece / standard's); > 1 means slower than standard."""
+    """Each row's ``step_ratio`` (s_per_step / standard's), ``decode_ratio`` (translate_s / standard's),
+    ``decode_piece_ratio`` (ms_per_piece / standard's) and ``limit_decode_ratio`` (limit_translate_s /
+    standard's), those whose measure the rows have; > 1 means slower than standard."""
     base = next((r for r in rows if r["variant"] == "standard"), None)
     if base is None:
         return rows
     for r in rows:
-        r["step_ratio"] = round(r["s_per_step"] / base["s_per_step"], 3)
-        r["decode_ratio"] = round(r["translate_s"] / base["translate_s"], 3)
-        r["decode_piece_ratio"] = round(r["ms_per_piece"] / base["ms_per_piece"], 3)
+        for ratio, measure in RATIOS.items():
+            if measure in r and measure in base:
+                r[ratio] = round(r[measure] / base[measure], 3)
     return rows
+
+
+def limit_decoding(variants: list[str], data: Path, out: Path, size: int, threads: int, lines: int,
+                   rounds: int) -> dict[str, dict]:
+    """Per variant: the whole translate command on the first ``lines`` test lines with a model
+    after one update, every hypothesis running to its length limit (the module docstring)."""
+    env = peer_race.attnmt_env(threads)
+    attnmt = [sys.executable, "-m", "attnmt"]
+    test = out / f"test.first{lines}.en"
+    test.write_text("".join(line + "\n" for line in
+                            (data / "test.en").read_text(encoding="utf-8").splitlines()[:lines]), encoding="utf-8")
+    runs = {}
+    for variant in variants:
+        run_dir = out / f"transformer-{size}" / f"limit-{variant}"
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        sets = peer_race.attnmt_sets("transformer", data, size, threads, 3600, variant_sets(variant))
+        cmd = attnmt + ["train", str(peer_race.CONFIGS["transformer"]), "--out", str(run_dir), "--max-steps", "1"]
+        peer_race.run(cmd + [x for s in sets for x in ("--set", s)], run_dir.parent / f"limit-{variant}.train.log", env)
+        runs[variant] = run_dir
+    best = dict.fromkeys(variants, float("inf"))
+    for _ in range(rounds):
+        for variant, run_dir in runs.items():
+            cmd = attnmt + ["translate", "--model", str(run_dir), "--input", str(test), "--output",
+                            str(run_dir / "limit.hyp.es"), "--beam", "5", "--batch-size", "64"]
+            best[variant] = min(best[variant], peer_race.run(cmd, run_dir / "limit.translate.log", env))
+    return {v: {"limit_translate_s": round(best[v], 2),
+                "limit_pieces": output_pieces(runs[v] / "limit.hyp.es", data / "spm.es.model")} for v in variants}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-train-lines", type=int, default=0, help="smoke tests: first N training pairs only")
     ap.add_argument("--max-eval-lines", type=int, default=0, help="smoke tests: first N dev and test pairs only")
     ap.add_argument("--report-every", type=int, default=peer_race.REPORT_EVERY)
+    ap.add_argument("--limit-lines", type=int, default=0,
+                    help="also decode the first N test lines at equal work (module docstring); 0: no")
+    ap.add_argument("--limit-rounds", type=int, default=2)
+    ap.add_argument("--limit-only", action="store_true", help="only the equal-work decoding (no training rows)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     try:
@@ -89,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         cut = f"-{args.max_train_lines}-{args.max_eval_lines}" if args.max_train_lines or args.max_eval_lines else ""
         data = peer_race.prepare_data(Path(args.data), out / f"data{cut}", args.max_train_lines, args.max_eval_lines)
         rows = []
-        for variant in variants:
+        for variant in variants if not args.limit_only else []:
             sets = peer_race.attnmt_sets("transformer", data, args.size, args.threads, args.budget,
                                          variant_sets(variant), args.report_every)
             peer_race.attnmt_config("transformer", sets)  # a bad combination fails before training
@@ -100,12 +146,17 @@ def main(argv: list[str] | None = None) -> int:
                                                                                    data / "spm.es.model"), 3)
             print(f"{variant}: {json.dumps(row)}", flush=True)
             rows.append(row)
+        if args.limit_lines or args.limit_only:
+            limits = limit_decoding(variants, data, out, args.size, args.threads, args.limit_lines or 400,
+                                    args.limit_rounds)
+            by_name = {r["variant"]: r for r in rows}
+            rows = [{**by_name.get(v, {"variant": v}), **limits[v]} for v in variants]
     except RaceError as err:
         print(f"variant_rows: error: {err}", file=sys.stderr)
         return 2
     with_ratios(rows)
     print("; ".join(f"{r['variant']} step {r.get('step_ratio', '?')}x decode {r.get('decode_piece_ratio', '?')}x/piece"
-                    for r in rows))
+                    f" {r.get('limit_decode_ratio', '?')}x at equal work" for r in rows))
     print(json.dumps({"size": args.size, "budget": args.budget, "threads": args.threads, "rows": rows}))
     return 0
 

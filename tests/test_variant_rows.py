@@ -31,3 +31,19 @@ def test_ratios_are_to_standard():
     variant_rows.with_ratios(rows)
     assert [r["step_ratio"] for r in rows] == [1.0, 1.2]
     assert (rows[1]["decode_ratio"], rows[1]["decode_piece_ratio"]) == (1.5, 1.1)
+
+
+def test_limit_ratios_join_the_rows_and_stand_alone():
+    """Equal-work decoding (--limit-lines) gives its own ratio beside the others, or alone
+    (--limit-only: rows without training measures)."""
+    import variant_rows
+
+    rows = [{"variant": "standard", "s_per_step": 0.5, "translate_s": 20.0, "ms_per_piece": 0.5,
+             "limit_translate_s": 10.0},
+            {"variant": "window-add", "s_per_step": 0.6, "translate_s": 30.0, "ms_per_piece": 0.55,
+             "limit_translate_s": 12.5}]
+    variant_rows.with_ratios(rows)
+    assert (rows[1]["step_ratio"], rows[1]["limit_decode_ratio"]) == (1.2, 1.25)
+    alone = [{"variant": "standard", "limit_translate_s": 8.0}, {"variant": "window-mul", "limit_translate_s": 9.0}]
+    variant_rows.with_ratios(alone)
+    assert alone[1]["limit_decode_ratio"] == 1.125 and "step_ratio" not in alone[1]

@@ -154,7 +154,8 @@ class InputPointers(nn.Module):
         -> φ̂_l, φ̂_r (B, H, T, S)."""
         d = self.head_dim
         q = self._heads(self.query(x))
-        sides = [packed.matmul(q[..., i * d:(i + 1) * d], keys[..., i * d:(i + 1) * d].transpose(-1, -2)) for i in (0, 1)]
+        sides = [packed.matmul(q[..., i * d:(i + 1) * d], keys[..., i * d:(i + 1) * d].transpose(-1, -2))
+                 for i in (0, 1)]
         scores = masked(torch.stack(sides, dim=-2) * self.tau, allowed.unsqueeze(-2))
         phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
         return phi_l, phi_r
