@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     with_ratios(rows)
     print("; ".join(f"{r['variant']} step {r.get('step_ratio', '?')}x decode {r.get('decode_piece_ratio', '?')}x/piece"
                     f" {r.get('limit_decode_ratio', '?')}x at equal work" for r in rows))
-    print(json.dumps({"size": args.size, "budget": args.budget, "threads": args.threads, "rows": rows}))
+    budget = None if args.limit_only else args.budget  # no training rows: no budget
+    print(json.dumps({"size": args.size, "budget": budget, "threads": args.threads, "rows": rows}))
     return 0
 
 
