@@ -33,6 +33,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from attnmt.kernels.attention_dropout import mask_bias
 from attnmt.kernels.dispatch import Kernel
 
 # the definitions: the self-attention key cache of a Transformer decoder layer (torch.cat per step,
@@ -142,8 +143,7 @@ class SharedKeys:
         """The mask as SDPA's additive (E, 1, 1, S) bias (0 or -inf), made once per batch: what
         SDPA makes of a boolean mask at every call."""
         if self._bias[0] is None or self._bias[0].dtype != dtype:
-            zeros = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
-            self._bias[0] = zeros.masked_fill_(~self.mask, float("-inf"))[:, None, None, :]
+            self._bias[0] = mask_bias(self.mask, dtype)[:, None, None, :]
         return self._bias[0]
 
     def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -157,13 +157,11 @@ class SharedKeys:
 
     def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None):
         """``attn(x, keys, mask)`` (cross-attention, no causal mask) for x (entries·rows, T, D)."""
-        if self.rows == 1 or need_weights or internals is not None or x.size(1) != 1 or attn.training:
+        if (self.rows == 1 or need_weights or internals is not None or x.size(1) != 1 or attn.training
+                or (attn.use_variant and attn.unit.reads_query_positions)):
             keys, mask = self.repeated()
             return attn(x, keys, mask, False, 0, need_weights, internals)
         if attn.use_variant:
-            if attn.unit.reads_query_positions:
-                keys, mask = self.repeated()
-                return attn(x, keys, mask, False, 0, False, None)
             # without a causal mask each query is attended on its own: an entry's rows, as one
             # block of queries against its keys, are the definition's rows over repeated keys
             E, D = x.size(0) // self.rows, x.size(2)
