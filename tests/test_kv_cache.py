@@ -73,12 +73,15 @@ def test_buffered_lm_search_equals_the_definition():
     _same(*_both(model, beam_search, src, lengths, 3, max_len_ratio=1.0, max_len_extra=3))
 
 
-def test_state_reorders_drops_rows_and_grows_as_concatenation():
+@pytest.mark.parametrize("one_query", [False, True])
+def test_state_reorders_drops_rows_and_grows_as_concatenation(one_query):
     torch.manual_seed(0)
     state, cat = kv_cache.KVBuffer(), None
     for t in range(kv_cache.FIRST_CAP + 5):  # past the first capacity: the buffers grow
         new = {"k": torch.randn(6, 2, 1, 3), "v": torch.randn(6, 2, 1, 3)}
-        keys, state = state.extend(new)
+        keys, state = state.extend(new, one_query)
+        assert state.one_query == one_query and (keys is None) == one_query
+        keys = state.keys()
         cat = new if cat is None else {n: torch.cat([cat[n], new[n]], 2) for n in new}
         assert all(torch.equal(keys[n], cat[n]) for n in new)
         index = torch.randint(0, 6, (6,))
@@ -142,9 +145,38 @@ def test_beam_search_reuses_the_buffers(monkeypatch):
     not once per step: a reorder writes into the spare the previous step left."""
     made = []
     init = kv_cache._Buffers.__init__
-    monkeypatch.setattr(kv_cache._Buffers, "__init__", lambda self, t: (made.append(1), init(self, t))[1])
+    monkeypatch.setattr(kv_cache._Buffers, "__init__", lambda self, *a: (made.append(1), init(self, *a))[1])
     model = _model()
     src, lengths = _source(1)
     hyps = beam_search(model, src, lengths, 3, max_len_ratio=4.0, max_len_extra=10)
     steps = len(hyps[0][0].tokens) + 1
     assert steps > 10 and len(made) <= 4 * len(model.decoder.layers)
+
+
+def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only():
+    """A search step of standard self-attention reads time-major buffers through two products:
+    the module's own attention over the concatenated keys; a variant keeps the definition's
+    buffers."""
+    torch.manual_seed(0)
+    model = _model()
+    attn = model.decoder.layers[0].self_attn
+    state, cat = kv_cache.KVBuffer(), None
+    with torch.no_grad():
+        for t in range(5):
+            x = torch.randn(6, 1, 16)
+            q, new = attn.project_self(x)[:2]
+            _, state = state.extend(new, one_query=True)
+            cat = new if cat is None else {n: torch.cat([cat[n], new[n]], 2) for n in new}
+            got = kv_cache.one_query_attention(attn, q, state)
+            want, _ = attn(x, cat, None, True, t, False, None, q)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            index = torch.randint(0, 6, (6,))
+            state, cat = state.select(index), select_batch(cat, index)
+    for variant, fast in (("standard", True), ("window-add", False)):
+        model = _model(dec_self_attention=variant)
+        src, lengths = _source(2)
+        with torch.no_grad():
+            enc = model.encode(src, lengths)
+            prefix = torch.full((2, 1), 2)
+            _, state, _ = model.step(prefix, model.init_state(enc), enc)
+        assert all(s.one_query == fast for s in state["layers"])

@@ -44,25 +44,49 @@ FIRST_CAP = 64  # positions allocated at the first step (doubled when a search o
 
 
 class _Buffers:
-    """(rows, H, T_cap, ·) tensors by key name, the KVBuffer states reading them, and the spare
-    set a reorder writes into."""
+    """(rows, H, T_cap, ·) tensors by key name (or, in the one-query layout, K and V time-major:
+    (T_cap, rows, H, d)), the KVBuffer states reading them, and the spare set a reorder writes
+    into."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor]):
+    def __init__(self, tensors: dict[str, torch.Tensor], one_query: bool = False):
         self.tensors = tensors
-        self.rows = next(iter(tensors.values())).size(0)
-        self.cap = next(iter(tensors.values())).size(2)
+        self.one_query = one_query
+        first = next(iter(tensors.values()))
+        self.rows, self.cap = (first.size(1), first.size(0)) if one_query else (first.size(0), first.size(2))
         self.generation = 0  # of the newest state reading these: the one allowed to write at its length
         self.holders: weakref.WeakSet = weakref.WeakSet()  # every live state reading these
         self.spare: _Buffers | None = None
 
     @staticmethod
-    def like(keys: dict[str, torch.Tensor], rows: int, cap: int) -> "_Buffers":
+    def like(keys: dict[str, torch.Tensor], rows: int, cap: int, one_query: bool = False) -> "_Buffers":
+        if one_query:
+            return _Buffers({n: k.new_empty(cap, rows, k.size(1), k.size(3)) for n, k in keys.items()}, True)
         return _Buffers({name: k.new_empty(rows, k.size(1), cap, *k.shape[3:]) for name, k in keys.items()})
 
+    def empty(self, rows: int) -> "_Buffers":
+        """Buffers of this layout and capacity for ``rows`` rows."""
+        if self.one_query:
+            return _Buffers({n: t.new_empty(t.size(0), rows, *t.shape[2:]) for n, t in self.tensors.items()}, True)
+        return _Buffers({n: t.new_empty(rows, *t.shape[1:]) for n, t in self.tensors.items()})
+
+    def view(self, name: str, rows: int, start: int, end: int) -> torch.Tensor:
+        """Rows :rows, positions start:end of one buffer, in its own layout."""
+        t = self.tensors[name]
+        return t[start:end, :rows] if self.one_query else t[:rows, :, start:end]
+
+    def write(self, name: str, rows: int, start: int, keys: torch.Tensor) -> None:
+        """Store ``keys`` (rows, H, T, ·) of the definition's layout at positions start.."""
+        view = self.view(name, rows, start, start + keys.size(2))
+        view.copy_(keys.permute(2, 0, 1, 3) if self.one_query else keys)
+
     def fits(self, keys: dict[str, torch.Tensor], rows: int, length: int) -> bool:
-        return (self.rows >= rows and self.cap >= length and self.tensors.keys() == keys.keys()
-                and all(b.shape[1] == k.shape[1] and b.shape[3:] == k.shape[3:] and b.dtype == k.dtype
-                        for b, k in ((self.tensors[n], keys[n]) for n in keys)))
+        if self.rows < rows or self.cap < length or self.tensors.keys() != keys.keys():
+            return False
+        if self.one_query:
+            return all(b.shape[2:] == (k.size(1), k.size(3)) and b.dtype == k.dtype
+                       for b, k in ((self.tensors[n], keys[n]) for n in keys))
+        return all(b.shape[1] == k.shape[1] and b.shape[3:] == k.shape[3:] and b.dtype == k.dtype
+                   for b, k in ((self.tensors[n], keys[n]) for n in keys))
 
 
 class KVBuffer:
@@ -79,12 +103,28 @@ class KVBuffer:
     def __bool__(self) -> bool:
         return True  # a state, even before its first step (Stack tests ``caches`` for truth)
 
-    def keys(self) -> dict[str, torch.Tensor]:
-        """The cached keys, each (rows, H, length, ·): views, valid until the next extend/select."""
-        return {n: b[: self.rows, :, : self.length] for n, b in self.buffers.tensors.items()}
+    @property
+    def one_query(self) -> bool:
+        """Whether these keys are in ``one_query_attention``'s layout (see ``extend``)."""
+        return self.buffers is not None and self.buffers.one_query
 
-    def extend(self, new: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], "KVBuffer"]:
-        """(cat of the cache and ``new`` (rows, H, T, ·) on the time axis, the state holding it)."""
+    def keys(self) -> dict[str, torch.Tensor]:
+        """The cached keys, each (rows, H, length, ·): views, valid until the next extend/select
+        (in the one-query layout, (rows, H, t, d) views of its time-major buffers)."""
+        b = self.buffers
+        views = {n: b.view(n, self.rows, 0, self.length) for n in b.tensors}
+        if b.one_query:  # (t, rows, H, d) -> (rows, H, t, d)
+            return {n: v.permute(1, 2, 0, 3) for n, v in views.items()}
+        return views
+
+    def extend(self, new: dict[str, torch.Tensor], one_query: bool = False
+               ) -> tuple[dict[str, torch.Tensor] | None, "KVBuffer"]:
+        """(cat of the cache and ``new`` (rows, H, T, ·) on the time axis, the state holding it).
+
+        ``one_query``: the caller attends with ``one_query_attention`` when it can. Buffers made
+        by this call then take that layout (plain ``k``, ``v`` keys only), and the keys returned
+        are None when the state has it (``state.one_query``); buffers keep the layout they were
+        made with."""
         first = next(iter(new.values()))
         rows, end = first.size(0), self.length + first.size(2)
         b = self.buffers
@@ -94,15 +134,16 @@ class KVBuffer:
             cap = FIRST_CAP if b is None else b.cap
             while cap < end:
                 cap *= 2
-            fresh = _Buffers.like(new, rows, cap)
+            layout = (b.one_query if b is not None else one_query) and new.keys() == {"k", "v"}
+            fresh = _Buffers.like(new, rows, cap, layout)
             if self.length:  # an older state used again, or a full buffer: copy what it holds
-                for n, t in self.keys().items():
-                    fresh.tensors[n][:rows, :, : self.length].copy_(t)
+                for n in fresh.tensors:
+                    fresh.view(n, rows, 0, self.length).copy_(b.view(n, rows, 0, self.length))
             b = fresh
         for n, k in new.items():
-            b.tensors[n][:rows, :, self.length : end].copy_(k)
+            b.write(n, rows, self.length, k)
         state = KVBuffer(b, rows, end)
-        return state.keys(), state
+        return (None if b.one_query and one_query else state.keys()), state
 
     def select(self, index: torch.Tensor) -> "KVBuffer":
         """The cache of rows ``index``: as ``index_select(0, index)`` of every key."""
@@ -111,9 +152,11 @@ class KVBuffer:
         b, n = self.buffers, index.numel()
         spare = b.spare
         if spare is None or len(spare.holders) or spare.rows < n or spare.cap < self.length:
-            spare = _Buffers({k: t.new_empty(max(n, b.rows), *t.shape[1:]) for k, t in b.tensors.items()})
-        for name, t in self.keys().items():
-            torch.index_select(t, 0, index, out=spare.tensors[name][:n, :, : self.length])
+            spare = b.empty(max(n, b.rows))
+        dim = 1 if b.one_query else 0
+        for name in b.tensors:
+            torch.index_select(b.view(name, self.rows, 0, self.length), dim, index,
+                               out=spare.view(name, n, 0, self.length))
         spare.spare, b.spare = b, None  # the old buffers become the next reorder's target
         return KVBuffer(spare, n, self.length)
 
@@ -123,6 +166,31 @@ class KVBuffer:
             return self
         index = torch.arange(self.rows, device=next(iter(self.buffers.tensors.values())).device)
         return self.select(index.repeat_interleave(k))
+
+
+def one_query_applies(attn, x: torch.Tensor, mask: torch.Tensor | None, internals: dict | None) -> tuple[bool, str]:
+    """Whether a decoder self-attention step can take ``one_query_attention`` (and why not)."""
+    if attn.use_variant:
+        return False, f"the {attn.variant} variant changes the scores"
+    if internals is not None or mask is not None:
+        return False, "internals or a key mask asked for"
+    if x.size(1) != 1 or attn.training or torch.is_grad_enabled() or x.device.type != "cpu":
+        return False, "not a CPU search step of one query per row"
+    return True, ""
+
+
+def one_query_attention(attn, queries: torch.Tensor, state: KVBuffer) -> torch.Tensor:
+    """``MultiHeadAttention.forward`` of one query per row over every cached key (a search step of
+    standard self-attention, no mask): softmax(q Kᵀ/√d) V as two batched products over the
+    time-major buffers, read in place. Time-major, a layer's keys of positions < t are one
+    contiguous block, which on the CPU the products stream through faster than SDPA's
+    one-query kernel walks its (rows, H, T_cap, d) buffers. queries (rows, H, 1, d_h) ->
+    (rows, 1, D)."""
+    b = state.buffers
+    k = b.view("k", state.rows, 0, state.length).permute(1, 2, 3, 0)  # (rows, H, d, t)
+    v = b.view("v", state.rows, 0, state.length).permute(1, 2, 0, 3)  # (rows, H, t, d)
+    weights = torch.softmax(torch.matmul(queries, k).mul_(attn.scale), dim=-1)
+    return attn.o(attn._merge(torch.matmul(weights, v)))
 
 
 class SharedKeys:
@@ -220,4 +288,9 @@ KERNELS = (Kernel("kv_cache.KVBuffer", "search keys", "attnmt.models.transformer
                   lambda layer: (True, ""), ("cpu", "cuda"), KVBuffer),
            Kernel("kv_cache.SharedKeys", "search memory", "attnmt.attention.multihead.MultiHeadAttention",
                   "every variant that does not read query positions, without weights (else: the keys repeated once per state)",
-                  lambda attn: (True, ""), ("cpu", "cuda"), SharedKeys))
+                  lambda attn: (True, ""), ("cpu", "cuda"), SharedKeys),
+           Kernel("kv_cache.one_query_attention", "search self-attention",
+                  "attnmt.attention.multihead.MultiHeadAttention",
+                  "standard attention in a CPU search, one query per row, no internals",
+                  lambda attn: (not attn.use_variant, f"the {attn.variant} variant changes the scores"),
+                  ("cpu",), one_query_attention))

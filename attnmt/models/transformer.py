@@ -44,7 +44,7 @@ from attnmt.errors import UserError
 from attnmt.kernels import dropout as dropout_kernel
 from attnmt.kernels.cache import growing
 from attnmt.kernels.fused_loss import linear_cross_entropy
-from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers
+from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers, one_query_applies, one_query_attention
 from attnmt.kernels.packed import PackedLinear, relu_chain
 from attnmt.models.common import lengths_to_mask
 
@@ -164,7 +164,10 @@ class Layer(nn.Module):
         def self_attention(h):
             queries, keys = self.self_attn.project_self(h)  # Q, K, V in one product
             if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
-                keys, state[0] = cache.extend(keys)
+                fast, _ = one_query_applies(self.self_attn, h, mask, self_int)
+                keys, state[0] = cache.extend(keys, one_query=fast)
+                if keys is None:  # buffered for, and attended by, the one-query kernel
+                    return one_query_attention(self.self_attn, queries, state[0]), None
             else:
                 if cache:
                     keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
