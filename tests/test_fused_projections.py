@@ -63,8 +63,9 @@ def test_self_attention_queries_keys_values_in_one_product():
     params = list(attn.parameters())
 
     def fused():
-        q, keys = attn.project_self(x)
-        return [attn(x, keys, mask, True, 0, False, None, q)[0]]
+        q, keys, given = attn.project_self(x)
+        assert given == {}  # standard attention: no maps of its own
+        return [attn(x, keys, mask, True, 0, False, None, q, given)[0]]
 
     def apart():
         return [attn(x, attn.project_keys(x), mask, True, 0)[0]]
@@ -73,7 +74,7 @@ def test_self_attention_queries_keys_values_in_one_product():
     for w, g in zip(want[0] + want[1], got[0] + got[1]):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
     with torch.no_grad():  # search: the queries from the same one (packed) product
-        q, keys = attn.project_self(x)
+        q, keys, _ = attn.project_self(x)
         assert set(keys) == {"k", "v"}
         torch.testing.assert_close(q, attn._split(attn.q(x)), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(attn(x, keys, mask, True, 0, False, None, q)[0],

@@ -11,6 +11,7 @@ from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.attention.relative import RelativePositions
 from attnmt.attention.window import BoundaryPointers, soft_window_mask
 from attnmt.config import Config, ModelConfig
+from attnmt.kernels import cache
 from attnmt.models import build_model
 from attnmt.models.transformer import set_variants
 
@@ -372,3 +373,119 @@ def test_full_mask_ablation_keeps_the_combiner_and_drops_the_window():
     add.use_variant = False
     _, plain = add(x, keys, allowed, need_weights=True)
     assert not torch.allclose(before, plain)  # the local projections still add their scores
+
+
+# ---------------------------------------------------------------- stacked self-attention products
+
+
+def _packed_window(variant, preset=False):
+    """A window attention with the Transformer's PackedLinear maps and non-zero biases (a bias
+    that lands in the wrong slice of a stacked product would show)."""
+    from attnmt.attention.window import PRESETS
+    from attnmt.kernels.packed import PackedLinear
+
+    if preset:
+        paper = PRESETS["paper"]
+        opts = window_options(variant, paper["window_segment"], paper["window_mask"], False,
+                              paper["window_temperature"], paper["window_pointers"])
+    else:
+        opts = window_options(variant, 2, "exact", False, 0.0)
+    att = MultiHeadAttention(16, 4, 0.0, variant, opts, linear=PackedLinear)
+    with torch.no_grad():
+        for p in att.parameters():
+            if p.dim() == 1:
+                p.normal_(0, 0.3)
+    return att
+
+
+STACKED = [("window-add", False), ("window-add-seg", False), ("window-add-seg", True), ("window-mul", True)]
+
+
+@pytest.mark.parametrize("variant,preset", STACKED)
+def test_self_attention_stacks_the_window_maps_with_qkv(variant, preset):
+    """project_self's one product of [W_q; W_k; W_v; Q_L; pointer queries; pointer keys; K_L]
+    gives the output and every gradient of the maps one by one (float32 rounding only), and
+    never calls the variant's maps apart."""
+    from attnmt.kernels import packed
+
+    torch.manual_seed(0)
+    att = _packed_window(variant, preset)
+    x = torch.randn(2, 7, 16, requires_grad=True)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    params = list(att.parameters())
+    query_maps, key_maps = att.unit.maps(att)
+    extra = [*query_maps.values(), *key_maps.values()]
+    assert len(extra) == (2 if variant.startswith("window-add") else 0) + (2 if preset else 0)
+    calls = []
+    hooks = [lin.register_forward_hook(lambda *a: calls.append(1)) for lin in extra]
+
+    def run(fn):
+        for p in params:
+            p.grad = None
+        x.grad = None
+        calls.clear()
+        out = fn()
+        (out * torch.arange(out.numel()).view(out.shape).sin()).sum().backward()
+        return out.detach(), [p.grad.clone() for p in params] + [x.grad.clone()], len(calls)
+
+    def stacked():
+        q, keys, given = att.project_self(x)
+        assert set(given) == set(query_maps) and not set(given) & set(keys)  # queries are not cached
+        return att(x, keys, mask, True, 0, False, None, q, given)[0]
+
+    want, want_grads, apart = run(lambda: att(x, att.project_keys(x), mask, True)[0])
+    got, got_grads, together = run(stacked)
+    assert apart == len(extra) and together == 0  # the maps' products came from the one product
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    for h in hooks:
+        h.remove()
+    with torch.no_grad():  # a search: the stacked maps packed once, the same numbers
+        q, keys, given = att.project_self(x)
+        torch.testing.assert_close(att(x, keys, mask, True, 0, False, None, q, given)[0], want,
+                                   atol=1e-5, rtol=1e-5)
+        assert cache.held(att.q, f"stacked_{3 + len(extra)}") == bool(packed._MKLDNN)
+        att.use_variant = False  # switched off: its keys still come (cached alike), no queries
+        q, keys_off, given = att.project_self(x)
+        assert given == {} and set(keys_off) == set(keys)
+
+
+def test_input_pointers_take_the_attentions_linear_and_keep_checkpoint_names():
+    """The paper preset's pointer maps are PackedLinear in the Transformer (bfloat16 products
+    under train.amp like the other projections); a state dict of nn.Linear maps (checkpoints
+    written before) loads strictly and gives the same output."""
+    from attnmt.kernels import packed
+    from attnmt.kernels.packed import PackedLinear
+
+    att = _packed_window("window-add-seg", preset=True)
+    assert type(att.pointers.query) is PackedLinear and type(att.pointers.key) is PackedLinear
+    names = {"pointers.query.weight", "pointers.query.bias", "pointers.key.weight", "pointers.key.bias",
+             "local_q.weight", "local_q.bias", "local_k.weight", "local_k.bias"}
+    assert names <= set(att.state_dict())
+    old = MultiHeadAttention(16, 4, 0.0, "window-add-seg", att.unit.options)  # nn.Linear maps
+    assert type(old.pointers.query) is torch.nn.Linear and set(old.state_dict()) == set(att.state_dict())
+    old.load_state_dict(att.state_dict())
+    fresh = _packed_window("window-add-seg", preset=True)
+    fresh.load_state_dict(old.state_dict())  # strict
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(x, fresh.project_keys(x))[0], old(x, old.project_keys(x))[0],
+                                   atol=1e-5, rtol=1e-5)
+    with packed.bf16_products(True):  # the amp path: bfloat16 operands, float32 sums and bias
+        want = torch.nn.functional.linear(x.bfloat16(), att.pointers.query.weight.bfloat16()).float()
+        torch.testing.assert_close(att.pointers.query(x), want + att.pointers.query.bias)
+
+
+def test_transformer_paper_preset_builds_packed_pointer_maps():
+    from attnmt.attention.window import InputPointers
+    from attnmt.config import apply_overrides
+    from attnmt.kernels.packed import PackedLinear
+
+    cfg = _tiny_cfg()
+    cfg.model.enc_self_attention = cfg.model.cross_attention = "window-add-seg"
+    cfg.model.window_preset = "paper"
+    cfg.model.window_segment = 5
+    model = build_model(apply_overrides(cfg, []), 30, 31)
+    pointers = [m for m in model.modules() if isinstance(m, InputPointers)]
+    assert pointers and all(type(p.query) is PackedLinear and type(p.key) is PackedLinear for p in pointers)

@@ -94,14 +94,24 @@ class MultiHeadAttention(nn.Module):
         keys.update(self.unit.keys(self, x))  # cached even when the variant is switched off
         return keys
 
-    def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Self-attention's queries (B, H, T, d_h) and ``project_keys(x)`` of the same x, as one
-        product of [W_q; W_k; W_v] where ``packed.products`` can (training, and a search's or
-        validation's packed maps on the CPU)."""
-        q, k, v = packed.products(x, (self.q, self.k, self.v))
+    def project_self(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Self-attention's queries (B, H, T, d_h), ``project_keys(x)`` of the same x, and the
+        variant's query-side products of x (``Variant.maps``; ``forward``'s ``given``), as one
+        product of [W_q; W_k; W_v; the variant's maps] where ``packed.products`` can (training,
+        and a search's or validation's packed maps on the CPU; elsewhere the maps one by one).
+        Query-side products stay out of the keys: a search caches those (kv_cache.KVBuffer)."""
+        query_maps, key_maps = self.unit.maps(self)
+        if not self.use_variant:  # weights() is not called, but its keys are still cached
+            query_maps = {}
+        names = (*query_maps, *key_maps)
+        maps = (self.q, self.k, self.v, *query_maps.values(), *key_maps.values())
+        q, k, v, *rest = packed.products(x, maps)
+        given = dict(zip(names, rest))
         keys = {"k": self._split(k), "v": self._split(v)}
-        keys.update(self.unit.keys(self, x))
-        return self._split(q), keys
+        keys.update(self.unit.keys(self, x, {name: given[name] for name in key_maps}))
+        return self._split(q), keys, {name: given[name] for name in query_maps}
 
     # -- attention ------------------------------------------------------------------------------
     def forward(
@@ -114,13 +124,15 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         internals: dict | None = None,
         queries: torch.Tensor | None = None,
+        given: dict[str, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, D) queries; keys from ``project_keys`` (S keys); key_mask (B, S) bool, True on
         real keys (None: all real); causal: query t (absolute position q_offset + t) sees keys
         <= its position. Returns output (B, T, D) and weights (B, H, T, S) when asked.
         ``internals``, if a dict, receives the weights ``attn`` and, for window variants, the soft
-        mask ``mask`` and pointers ``phi_l``, ``phi_r``, all (B, H, T, S). ``queries``: the
-        projected queries of x when the caller has them (``project_self``)."""
+        mask ``mask`` and pointers ``phi_l``, ``phi_r``, all (B, H, T, S). ``queries``, ``given``:
+        the projected queries of x and the variant's query-side products of x when the caller has
+        them (``project_self``)."""
         q = self._split(self.q(x)) if queries is None else queries  # (B, H, T, d_h)
         k, v = keys["k"], keys["v"]
         T, S = q.size(2), k.size(2)
@@ -149,7 +161,7 @@ class MultiHeadAttention(nn.Module):
         bias = unit.bias(self, q, S, allowed, q_pos, ctx)
         if bias is not None:
             scores = scores + bias
-        attn = unit.weights(self, scores, q, x, keys, allowed, internals)
+        attn = unit.weights(self, scores, q, x, keys, allowed, internals, given)
         if internals is not None:
             internals["attn"] = attn
         dropped = dropout_kernel.dropout(attn, drop, self.training) if drop > 0 else attn

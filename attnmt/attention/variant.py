@@ -5,13 +5,17 @@ is one small class that says how it changes that, in up to five places (each a m
 default leaves attention as it is):
 
     build(attn)                        add its parameters to the MultiHeadAttention module ``attn``
-    keys(attn, x)                      extra key-side tensors to cache with K and V, (B, H, S, ·)
+    keys(attn, x, given)               extra key-side tensors to cache with K and V, (B, H, S, ·)
     bias(attn, q, S, allowed, q_pos, ctx)   B, added to the scaled scores (None: no bias)
-    weights(attn, scores, q, x, keys, allowed, internals)   the weights from the biased scores;
-                                       default softmax over the allowed keys
+    weights(attn, scores, q, x, keys, allowed, internals, given)   the weights from the biased
+                                       scores; default softmax over the allowed keys
     values(attn, weights, ctx)         added to A V (None: nothing)
 
-``ctx`` is a dict a variant may use to pass what ``bias`` computed on to ``values``. A variant
+``ctx`` is a dict a variant may use to pass what ``bias`` computed on to ``values``. ``maps``
+names the variant's own linear maps of the query-side and of the key-side input (optional): in
+self-attention both inputs are one x, and ``MultiHeadAttention.project_self`` multiplies x by them
+in the same product as W_q, W_k, W_v; ``keys`` and ``weights`` then find ``lin(x)`` in ``given``
+under the map's name (``mapped``), and elsewhere (cross-attention) compute it themselves. A variant
 also declares ``self_only`` (it needs query and key positions of one sequence) and
 ``reads_query_positions`` (its bias uses ``q_pos``; else a search may attend a sentence's beam rows
 as one block of queries, kernels/kv_cache.SharedKeys), and checks its
@@ -25,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from attnmt.errors import key_error
 from attnmt.kernels.attention_dropout import mask_bias
@@ -50,7 +55,13 @@ class Variant:
     def build(self, attn: torch.nn.Module) -> None:
         pass
 
-    def keys(self, attn: torch.nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def maps(self, attn: nn.Module) -> tuple[dict[str, nn.Module], dict[str, nn.Module]]:
+        """Its linear maps of the query-side input and of the key-side input, by name (names
+        distinct over both): the extra products self-attention can stack with Q, K, V."""
+        return {}, {}
+
+    def keys(self, attn: nn.Module, x: torch.Tensor, given: dict[str, torch.Tensor] | None = None
+             ) -> dict[str, torch.Tensor]:
         return {}
 
     def bias(self, attn, q: torch.Tensor, n_keys: int, allowed: torch.Tensor, q_pos: torch.Tensor,
@@ -58,7 +69,8 @@ class Variant:
         return None
 
     def weights(self, attn, scores: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
-                keys: dict[str, torch.Tensor], allowed: torch.Tensor, internals: dict | None) -> torch.Tensor:
+                keys: dict[str, torch.Tensor], allowed: torch.Tensor, internals: dict | None,
+                given: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         return torch.softmax(masked(scores, allowed), dim=-1)
 
     def values(self, attn, weights: torch.Tensor, ctx: dict) -> torch.Tensor | None:
@@ -70,3 +82,9 @@ def masked(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     same, as an added bias of 0 / −inf the size of ``allowed`` (on the CPU a fill through a
     broadcast mask takes ~5x the time of the add)."""
     return scores + mask_bias(allowed, scores.dtype)
+
+
+def mapped(lin: nn.Module, x: torch.Tensor, given: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+    """``lin(x)``: the product ``project_self`` already made with Q, K, V (``given[name]``, the same
+    math in one stacked product) where it did, else ``lin`` applied here."""
+    return given[name] if given is not None and name in given else lin(x)

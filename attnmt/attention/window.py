@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnmt.attention.variant import Variant, masked
+from attnmt.attention.variant import Variant, mapped, masked
 from attnmt.errors import key_error
 from attnmt.kernels import packed
 
@@ -128,32 +128,32 @@ class InputPointers(nn.Module):
 
     x (B, T, D) the query-side input, y (B, S, D) the key-side input (the same sequence in
     self-attention, the encoder output in cross-attention); _h takes head h's d_h columns. The key
-    projections of both sides are one cached key tensor (B, H, S, 2 d_h)."""
+    projections of both sides are one cached key tensor (B, H, S, 2 d_h). ``linear``: the class
+    of the two maps, the attention's own (the Transformer's PackedLinear: bfloat16 products under
+    train.amp, packed weights in a search, like its other projections); its parameter names are
+    nn.Linear's, so checkpoints are the same."""
 
-    def __init__(self, d_model: int, heads: int, temperature: float = 0.0):
+    def __init__(self, d_model: int, heads: int, temperature: float = 0.0,
+                 linear: type[nn.Linear] = nn.Linear):
         super().__init__()
         self.heads, self.head_dim = heads, d_model // heads
         self.tau = temperature if temperature > 0 else 1.0 / math.sqrt(self.head_dim)
-        self.query = nn.Linear(d_model, 2 * d_model)  # [W^q_l | W^q_r]
-        self.key = nn.Linear(d_model, 2 * d_model)  # [W^k_l | W^k_r]
+        self.query = linear(d_model, 2 * d_model)  # [W^q_l | W^q_r]
+        self.key = linear(d_model, 2 * d_model)  # [W^k_l | W^k_r]
         for lin in (self.query, self.key):  # each D × D block initialised like the attention's q, k
             for block in lin.weight.data.chunk(2, dim=0):
                 nn.init.xavier_uniform_(block)
             nn.init.zeros_(lin.bias)
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+    def split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, 2D) -> (B, H, N, 2 d_h): per head, its left d_h columns then its right ones."""
         B, N, _ = x.shape
         return x.view(B, N, 2, self.heads, self.head_dim).permute(0, 3, 1, 2, 4).reshape(B, self.heads, N, 2 * self.head_dim)
 
-    def project_keys(self, y: torch.Tensor) -> torch.Tensor:
-        return self._heads(self.key(y))
-
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D), keys (B, H, S, 2 d_h) from ``project_keys``, allowed (B|1, 1, T|1, S) bool
-        -> φ̂_l, φ̂_r (B, H, T, S)."""
+    def forward(self, q: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q = split(query(x)) (B, H, T, 2 d_h), keys = split(key(y)) (B, H, S, 2 d_h), allowed
+        (B|1, 1, T|1, S) bool -> φ̂_l, φ̂_r (B, H, T, S)."""
         d = self.head_dim
-        q = self._heads(self.query(x))
         sides = [packed.matmul(q[..., i * d:(i + 1) * d], keys[..., i * d:(i + 1) * d].transpose(-1, -2))
                  for i in (0, 1)]
         scores = masked(torch.stack(sides, dim=-2) * self.tau, allowed.unsqueeze(-2))
@@ -309,7 +309,8 @@ class Window(Variant):
     """The variant family window-{mul,add}[-seg]: boundary pointers (attn.pointers) make the soft
     mask M, which the combiner applies to the weights (mul) or to separate local scores
     Q_L K_Lᵀ/√d (add; attn.local_q, attn.local_k, cached key "lk"). Input pointers cache their
-    key projections as "pk"."""
+    key projections as "pk". In self-attention these maps' products come in ``given`` (``maps``:
+    one stacked product with Q, K, V, MultiHeadAttention.project_self); the math is the same."""
 
     names = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
 
@@ -329,28 +330,39 @@ class Window(Variant):
 
     def build(self, attn) -> None:
         if self.options.pointers == "input":
-            attn.pointers = InputPointers(attn.d_model, attn.heads, self.options.temperature)
+            attn.pointers = InputPointers(attn.d_model, attn.heads, self.options.temperature, attn.linear)
         else:
             attn.pointers = BoundaryPointers(attn.heads, attn.head_dim, self.options.temperature)
         if self.options.combine == "add":
             attn.local_q = attn.linear(attn.d_model, attn.d_model)  # Q_L
             attn.local_k = attn.linear(attn.d_model, attn.d_model)  # K_L
 
-    def keys(self, attn, x):
+    def maps(self, attn: nn.Module) -> tuple[dict[str, nn.Module], dict[str, nn.Module]]:
+        w, queries, keys = self.options, {}, {}
+        if w.pointers == "input":
+            keys["pk"] = attn.pointers.key
+            if w.mask != "full":  # the ablation never reads the pointers' queries
+                queries["pq"] = attn.pointers.query
+        if w.combine == "add":
+            queries["lq"], keys["lk"] = attn.local_q, attn.local_k
+        return queries, keys
+
+    def keys(self, attn, x, given=None):
         keys = {}
         if self.options.pointers == "input":
-            keys["pk"] = attn.pointers.project_keys(x)
+            keys["pk"] = attn.pointers.split(mapped(attn.pointers.key, x, given, "pk"))
         if self.options.combine == "add":
-            keys["lk"] = attn._split(attn.local_k(x))  # K_L
+            keys["lk"] = attn._split(mapped(attn.local_k, x, given, "lk"))  # K_L
         return keys
 
-    def weights(self, attn, scores, q, x, keys, allowed, internals):
+    def weights(self, attn, scores, q, x, keys, allowed, internals, given=None):
         w = self.options
         if w.mask == "full":  # ablation: the combiner with M ≡ 1, no window (pointers unused)
             mask = torch.ones_like(scores)
         else:
             if w.pointers == "input":
-                phi_l, phi_r = attn.pointers(x, keys["pk"], allowed)  # (B, H, T, S) each
+                queries = attn.pointers.split(mapped(attn.pointers.query, x, given, "pq"))
+                phi_l, phi_r = attn.pointers(queries, keys["pk"], allowed)  # (B, H, T, S) each
             else:
                 phi_l, phi_r = attn.pointers(q, keys["k"], allowed)
             mask = soft_window_mask(phi_l, phi_r, w.segment, w.mask)
@@ -358,5 +370,6 @@ class Window(Variant):
                 internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)
         if w.combine == "mul":
             return combine_multiplicative(scores, mask, allowed, w.renorm)
-        local = packed.matmul(attn._split(attn.local_q(x)), keys["lk"].transpose(-1, -2)) * attn.scale
+        local_q = attn._split(mapped(attn.local_q, x, given, "lq"))  # Q_L
+        local = packed.matmul(local_q, keys["lk"].transpose(-1, -2)) * attn.scale
         return combine_additive(scores, local, mask, allowed)

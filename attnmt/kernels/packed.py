@@ -143,6 +143,10 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) 
             or any(lin.int8_search or lin.bf16_search != low for lin in linears)):
         return [lin(x) for lin in linears]
     sources = [t for lin in linears for t in (lin.weight, lin.bias)]
+    # kept on the first map under the count: project_self stacks on W_q its 3 maps + a variant's
+    # key-side maps (+ its query-side ones while the variant is on): different counts. The entry's
+    # key holds every stacked tensor's pointer and version, so another set of the same count on
+    # the same first map is packed again, never read stale.
     w, bias = derived(linears[0], f"stacked_{len(linears)}", sources, lambda: _stacked(linears, low), (low,))
     return list(linear(x, w, bias).split(sizes, dim=-1))
 

@@ -162,7 +162,7 @@ class Layer(nn.Module):
         self_int = {} if internals is not None else None
 
         def self_attention(h):
-            queries, keys = self.self_attn.project_self(h)  # Q, K, V in one product
+            queries, keys, given = self.self_attn.project_self(h)  # Q, K, V (and more) in one product
             if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
                 fast, _ = one_query_applies(self.self_attn, h, mask, self_int)
                 keys, state[0] = cache.extend(keys, one_query=fast)
@@ -172,7 +172,7 @@ class Layer(nn.Module):
                 if cache:
                     keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
                 state[0] = keys
-            return self.self_attn(h, keys, mask, causal, offset, False, self_int, queries)
+            return self.self_attn(h, keys, mask, causal, offset, False, self_int, queries, given)
 
         x, _ = self._sub(x, self.self_norm, self_attention)
         weights = None
