@@ -114,8 +114,9 @@ def test_int8_refuses_models_without_the_lstm_search_step():
 
 @needs_int8
 def test_int8_transformer_search_moves_logits_by_the_rounding_only():
-    """A Transformer's --int8: its decoder's feed-forward maps and output layer in 8 bits, the
-    attention's projections and the encoder in float32; and off again as the options say."""
+    """A Transformer's --int8: every map of its decoder and its output layer in 8 bits (Q/K/V
+    stacked, the ReLU fused into W_1's product), the encoder in float32; and off again as the
+    options say."""
     from attnmt.decode.options import SearchOptions
     from attnmt.decode.translate import prepare_search
     from attnmt.models.transformer import Transformer
@@ -133,8 +134,9 @@ def test_int8_transformer_search_moves_logits_by_the_rounding_only():
 
     want = step()
     prepare_search([_Run(model)], SearchOptions(int8=True))
-    assert model.output.int8_search and model.decoder.layers[1].ff.w2.int8_search
-    assert not model.encoder.layers[0].ff.w1.int8_search and not model.decoder.layers[0].self_attn.q.int8_search
+    decoder_maps = [m for m in model.decoder.modules() if isinstance(m, packed.PackedLinear)]
+    assert model.output.int8_search and all(m.int8_search for m in decoder_maps)
+    assert not any(m.int8_search for m in model.encoder.modules() if isinstance(m, packed.PackedLinear))
     got = step()
     assert not torch.equal(got, want)
     assert (got - want).abs().max() < 0.05 * (want.max() - want.min())
@@ -173,3 +175,18 @@ def test_served_models_take_int8_too(tiny_run):
     assert not plain.translator.model.decoder.int8_output  # each load is its own model
     (hyps,) = served.translator.translate(["a"], beam=2)
     assert isinstance(hyps[0].text, str)
+
+
+@needs_int8
+def test_int8_stacked_maps_are_the_maps_one_by_one():
+    """packed.products of int8 maps (a decoder's Q/K/V under --int8): one stacked 8-bit product,
+    the same numbers as each map's own (the input is rounded over the same range)."""
+    torch.manual_seed(0)
+    lins = [packed.PackedLinear(16, 12) for _ in range(3)]
+    for lin in lins:
+        lin.int8_search = True
+    x = torch.randn(5, 2, 16)
+    with torch.no_grad():
+        for got, lin in zip(packed.products(x, lins), lins):
+            torch.testing.assert_close(got, lin(x), atol=1e-5, rtol=0)
+            assert not torch.allclose(got, torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-6)

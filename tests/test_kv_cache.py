@@ -180,3 +180,20 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
             prefix = torch.full((2, 1), 2)
             _, state, _ = model.step(prefix, model.init_state(enc), enc)
         assert all(s.one_query == fast for s in state["layers"])
+
+
+def test_cross_attention_of_a_bf16_search_is_the_definition_up_to_rounding():
+    """SharedKeys.attend in a bfloat16 search (its products of bfloat16 operands, the keys made
+    contiguous once): the definition over the repeated keys, up to bfloat16's rounding."""
+    torch.manual_seed(0)
+    attn = _model().decoder.layers[0].cross_attn
+    for lin in (attn.q, attn.o):
+        lin.bf16_search = True
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    x = torch.randn(12, 1, 16)
+    with torch.no_grad():
+        shared = kv_cache.SharedKeys(attn.project_keys(torch.randn(3, 5, 16)), mask, rows=4)
+        want, _ = attn(x, *shared.repeated(), False, 0, False, None)
+        got, _ = shared.attend(attn, x, False, None)
+    assert shared._low is not None  # the bfloat16 products ran
+    torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2)

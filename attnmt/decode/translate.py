@@ -81,11 +81,11 @@ def _bf16_switches(run: Run) -> list:
 
 def _int8_switches(run: Run) -> list[tuple[object, str]]:
     """What ``--int8`` turns on, as (module, attribute): an LSTM decoder's output layer
-    (``int8_output``), or a Transformer decoder's feed-forward maps and output layer
+    (``int8_output``), or every linear map of a Transformer's decoder and its output layer
     (``PackedLinear.int8_search``: the per-step products the decoder makes); or a UserError."""
     network = run.network
     if isinstance(network, Transformer):
-        maps = [lin for layer in network.decoder.layers for lin in (layer.ff.w1, layer.ff.w2)]
+        maps = [m for m in network.decoder.modules() if isinstance(m, packed.PackedLinear)]
         return [(lin, "int8_search") for lin in (*maps, network.output)]
     try:
         return [(_search_decoder(run, "--int8"), "int8_output")]
@@ -96,7 +96,7 @@ def _int8_switches(run: Run) -> list[tuple[object, str]]:
 
 def use_int8_output_layer(runs: list[Run]) -> None:
     """``attnmt translate --int8``: the search's output layer W_s h̃_t of every model as an 8-bit
-    product (kernels/packed.py, ``pack_int8``), and a Transformer decoder's feed-forward maps too.
+    product (kernels/packed.py, ``pack_int8``), and every map of a Transformer decoder too.
     The output layer is the largest product of a search step (V × H per hypothesis); in 8 bits it
     runs ~2× faster on an AVX2 core. Logits move by the rounding of W_s (per row) and of h̃_t
     (7 bits over its range), so scores and, rarely, choices change: a speed option, off by
