@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from tensor_probes import LargestTensor
@@ -401,6 +403,19 @@ def _packed_window(variant, preset=False):
 STACKED = [("window-add", False), ("window-add-seg", False), ("window-add-seg", True), ("window-mul", True)]
 
 
+@contextlib.contextmanager
+def _one_by_one():
+    """packed.products as the maps one by one: the definition the stacked product computes."""
+    from attnmt.kernels import packed
+
+    real = packed.products
+    packed.products = lambda x, linears: [lin(x) for lin in linears]
+    try:
+        yield
+    finally:
+        packed.products = real
+
+
 @pytest.mark.parametrize("variant,preset", STACKED)
 def test_self_attention_stacks_the_window_maps_with_qkv(variant, preset):
     """project_self's one product of [W_q; W_k; W_v; Q_L; pointer queries; pointer keys; K_L]
@@ -433,7 +448,8 @@ def test_self_attention_stacks_the_window_maps_with_qkv(variant, preset):
         assert set(given) == set(query_maps) and not set(given) & set(keys)  # queries are not cached
         return att(x, keys, mask, True, 0, False, None, q, given)[0]
 
-    want, want_grads, apart = run(lambda: att(x, att.project_keys(x), mask, True)[0])
+    with _one_by_one():
+        want, want_grads, apart = run(lambda: att(x, att.project_keys(x), mask, True)[0])
     got, got_grads, together = run(stacked)
     assert apart == len(extra) and together == 0  # the maps' products came from the one product
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
@@ -489,3 +505,38 @@ def test_transformer_paper_preset_builds_packed_pointer_maps():
     model = build_model(apply_overrides(cfg, []), 30, 31)
     pointers = [m for m in model.modules() if isinstance(m, InputPointers)]
     assert pointers and all(type(p.query) is PackedLinear and type(p.key) is PackedLinear for p in pointers)
+
+
+@pytest.mark.parametrize("variant,preset", STACKED)
+def test_cross_attention_stacks_the_window_maps_with_k_v_and_with_q(variant, preset):
+    """Cross-attention: [W_k; W_v; pointer keys; K_L] of the memory and [W_q; Q_L; pointer
+    queries] of the queries, each one product (project_keys, project_queries): the output and
+    every gradient of the maps one by one, the variant's maps never called apart."""
+    torch.manual_seed(0)
+    att = _packed_window(variant, preset)
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    memory = torch.randn(2, 7, 16, requires_grad=True)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    params = list(att.parameters())
+    query_maps, key_maps = att.unit.maps(att)
+    calls = []
+    hooks = [lin.register_forward_hook(lambda *a: calls.append(1))
+             for lin in (*query_maps.values(), *key_maps.values())]
+
+    def run():
+        for t in (*params, x, memory):
+            t.grad = None
+        calls.clear()
+        out = att(x, att.project_keys(memory), mask)[0]
+        (out * torch.arange(out.numel()).view(out.shape).cos()).sum().backward()
+        return out.detach(), [p.grad.clone() for p in params] + [x.grad.clone(), memory.grad.clone()], len(calls)
+
+    with _one_by_one():
+        want, want_grads, apart = run()
+    got, got_grads, together = run()
+    for h in hooks:
+        h.remove()
+    assert apart == len(query_maps) + len(key_maps) and together == 0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)

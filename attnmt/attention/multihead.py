@@ -88,11 +88,23 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(B, T, H * d)
 
     def project_keys(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Everything attention needs from the key side: (B, S, D) -> dict of (B, H, S, ·)."""
-        k, v = packed.products(x, (self.k, self.v))  # one product of [W_k; W_v] where it can
+        """Everything attention needs from the key side: (B, S, D) -> dict of (B, H, S, ·), as one
+        product of [W_k; W_v; the variant's key-side maps] where ``packed.products`` can."""
+        _, key_maps = self.unit.maps(self)
+        k, v, *rest = packed.products(x, (self.k, self.v, *key_maps.values()))
         keys = {"k": self._split(k), "v": self._split(v)}
-        keys.update(self.unit.keys(self, x))  # cached even when the variant is switched off
+        keys.update(self.unit.keys(self, x, dict(zip(key_maps, rest))))  # cached even when switched off
         return keys
+
+    def project_queries(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Cross-attention's queries (B, H, T, d_h) and the variant's query-side products of x
+        (``forward``'s ``given``), as one product of [W_q; the variant's query-side maps] where
+        ``packed.products`` can."""
+        query_maps = self.unit.maps(self)[0] if self.use_variant else {}
+        if not query_maps:
+            return self._split(self.q(x)), {}
+        q, *rest = packed.products(x, (self.q, *query_maps.values()))
+        return self._split(q), dict(zip(query_maps, rest))
 
     def project_self(
         self, x: torch.Tensor
@@ -133,7 +145,9 @@ class MultiHeadAttention(nn.Module):
         mask ``mask`` and pointers ``phi_l``, ``phi_r``, all (B, H, T, S). ``queries``, ``given``:
         the projected queries of x and the variant's query-side products of x when the caller has
         them (``project_self``)."""
-        q = self._split(self.q(x)) if queries is None else queries  # (B, H, T, d_h)
+        if queries is None:
+            queries, given = self.project_queries(x)
+        q = queries  # (B, H, T, d_h)
         k, v = keys["k"], keys["v"]
         T, S = q.size(2), k.size(2)
         # a decoding step's one query, at the last position, sees every key: no causal mask

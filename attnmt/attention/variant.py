@@ -57,7 +57,8 @@ class Variant:
 
     def maps(self, attn: nn.Module) -> tuple[dict[str, nn.Module], dict[str, nn.Module]]:
         """Its linear maps of the query-side input and of the key-side input, by name (names
-        distinct over both): the extra products self-attention can stack with Q, K, V."""
+        distinct over both): the extra products attention stacks with its own (with Q, K, V in
+        self-attention; with K, V and with Q apart in cross-attention)."""
         return {}, {}
 
     def keys(self, attn: nn.Module, x: torch.Tensor, given: dict[str, torch.Tensor] | None = None

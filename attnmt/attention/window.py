@@ -153,11 +153,11 @@ class InputPointers(nn.Module):
     def forward(self, q: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q = split(query(x)) (B, H, T, 2 d_h), keys = split(key(y)) (B, H, S, 2 d_h), allowed
         (B|1, 1, T|1, S) bool -> φ̂_l, φ̂_r (B, H, T, S)."""
-        d = self.head_dim
-        sides = [packed.matmul(q[..., i * d:(i + 1) * d], keys[..., i * d:(i + 1) * d].transpose(-1, -2))
-                 for i in (0, 1)]
-        scores = masked(torch.stack(sides, dim=-2) * self.tau, allowed.unsqueeze(-2))
-        phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
+        B, H, T, S, d = q.size(0), q.size(1), q.size(2), keys.size(2), self.head_dim
+        sides_q = q.view(B, H, T, 2, d).transpose(2, 3)  # (B, H, 2, T, d_h): left, right
+        sides_k = keys.view(keys.size(0), H, S, 2, d).transpose(2, 3)  # (B, H, 2, S, d_h)
+        scores = packed.matmul(sides_q, sides_k.transpose(-1, -2)) * self.tau  # both sides in one product
+        phi_l, phi_r = torch.softmax(masked(scores, allowed.unsqueeze(2)), dim=-1).unbind(2)
         return phi_l, phi_r
 
 
@@ -309,8 +309,9 @@ class Window(Variant):
     """The variant family window-{mul,add}[-seg]: boundary pointers (attn.pointers) make the soft
     mask M, which the combiner applies to the weights (mul) or to separate local scores
     Q_L K_Lᵀ/√d (add; attn.local_q, attn.local_k, cached key "lk"). Input pointers cache their
-    key projections as "pk". In self-attention these maps' products come in ``given`` (``maps``:
-    one stacked product with Q, K, V, MultiHeadAttention.project_self); the math is the same."""
+    key projections as "pk". These maps' products come in ``given`` (``maps``: one stacked
+    product with Q, K, V in self-attention, MultiHeadAttention.project_self; with K, V and with Q
+    apart in cross-attention, project_keys / project_queries); the math is the same."""
 
     names = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
 

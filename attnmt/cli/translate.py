@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=0,
                    help="batches searched at once, one CPU thread each (0: one per torch thread on CPU)")
     p.add_argument("--int8", action="store_true",
-                   help="CPU search: the output layer (a Transformer: and its decoder's feed-forward "
-                   "maps) as 8-bit products (faster; scores move slightly, see docs/results/race.md)")
+                   help="CPU search: the output layer (a Transformer: and every map of its decoder) "
+                   "as 8-bit products (faster; scores move slightly, see docs/results/race.md)")
     p.add_argument("--bf16", action="store_true",
                    help="CPU search with bfloat16 units (AVX-512 BF16, AMX): the search step's "
                    "products in bfloat16 (faster; scores move slightly, see docs/results/race.md); "
