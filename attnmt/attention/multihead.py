@@ -29,9 +29,8 @@ from attnmt.attention.localness import Localness
 from attnmt.attention.relative import Relative
 from attnmt.attention.variant import Variant
 from attnmt.attention.window import Window, WindowOptions, window_options
-from attnmt.kernels import attention_dropout
+from attnmt.kernels import attention_dropout, packed
 from attnmt.kernels import dropout as dropout_kernel
-from attnmt.kernels import packed
 
 UNITS: tuple[type[Variant], ...] = (Variant, Relative, Localness, Window)
 VARIANTS = tuple(name for unit in UNITS for name in unit.names)

@@ -33,7 +33,6 @@ optimizer stay in float32, as CUDA autocast keeps them.
 
 from __future__ import annotations
 
-import math
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass

@@ -44,9 +44,17 @@ from attnmt.errors import UserError
 from attnmt.kernels import dropout as dropout_kernel
 from attnmt.kernels.cache import growing
 from attnmt.kernels.fused_loss import linear_cross_entropy
-from attnmt.kernels.kv_cache import KVBuffer, SharedKeys, SharedMemory, buffers, one_query_applies, one_query_attention
+from attnmt.kernels.kv_cache import (
+    KVBuffer,
+    SharedKeys,
+    SharedMemory,
+    buffers,
+    one_query_applies,
+    one_query_attention,
+)
 from attnmt.kernels.packed import PackedLinear, relu_chain
 from attnmt.models.common import lengths_to_mask
+
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
     """PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(...): (n, d)."""
