@@ -63,7 +63,8 @@ What it does, on the machine it runs on:
    ``ct2_best`` names the fastest. The same runs on **attnmt's own model** (``attnmt export
    --format ctranslate2``, float32 weights, not timed) go under attnmt's ``ct2``: the same weights
    in both engines, so equal quality, which two models trained for the same budget are not
-   (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row).
+   (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row, and
+   ``translate_speed_int8_vs_ct2_same_model``: attnmt's ``--int8`` against that fastest one).
 
 Each side also writes ``result.json`` in its folder (its result, the race settings, commit and
 time): with ``--only``, a row takes the other side from there when an earlier run in the same OUT
@@ -429,9 +430,9 @@ def ratios(row: dict, peer: str) -> dict:
         best = min(a["ct2"], key=lambda k: a["ct2"][k]["translate_s"])
         out["ct2_same_model_best"] = best
         out["translate_speed_vs_ct2_same_model"] = round(a["ct2"][best]["translate_s"] / a["translate_s"], 3)
-        if "translate_int8_s" in a and "int8" in a["ct2"]:
-            out["translate_speed_int8_vs_ct2_int8_same_model"] = round(
-                a["ct2"]["int8"]["translate_s"] / a["translate_int8_s"], 3)
+        if "translate_int8_s" in a:  # both engines at their 8-bit best on the same weights
+            out["translate_speed_int8_vs_ct2_same_model"] = round(
+                a["ct2"][best]["translate_s"] / a["translate_int8_s"], 3)
     return out
 
 
@@ -558,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                 if "translate_speed_vs_ct2_same_model" in r:
                     ct2 += (f", {r['translate_speed_vs_ct2_same_model']}x CTranslate2 "
                             f"{r['ct2_same_model_best']} on attnmt's model")
+                    if "translate_speed_int8_vs_ct2_same_model" in r:
+                        ct2 += f" ({r['translate_speed_int8_vs_ct2_same_model']}x with --int8)"
                 print(f"size {size}: attnmt/{TITLE[peer]} tokens/s {r['tgt_tok_s']}x, "
                       f"translation {r['translate_speed']}x faster{extra}{ct2}, "
                       f"BLEU {a['bleu']} vs {o['bleu']}", flush=True)
