@@ -14,8 +14,9 @@ default leaves attention as it is):
 ``ctx`` is a dict a variant may use to pass what ``bias`` computed on to ``values``. ``maps``
 names the variant's own linear maps of the query-side and of the key-side input (optional): in
 self-attention both inputs are one x, and ``MultiHeadAttention.project_self`` multiplies x by them
-in the same product as W_q, W_k, W_v; ``keys`` and ``weights`` then find ``lin(x)`` in ``given``
-under the map's name (``mapped``), and elsewhere (cross-attention) compute it themselves. A variant
+in the same product as W_q, W_k, W_v (cross-attention: ``project_keys`` with W_k, W_v and
+``project_queries`` with W_q); ``keys`` and ``weights`` then find ``lin(x)`` in ``given`` under
+the map's name (``mapped``), and compute it themselves where no product made it. A variant
 also declares ``self_only`` (it needs query and key positions of one sequence) and
 ``reads_query_positions`` (its bias uses ``q_pos``; else a search may attend a sentence's beam rows
 as one block of queries, kernels/kv_cache.SharedKeys), and checks its
@@ -86,6 +87,6 @@ def masked(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 
 
 def mapped(lin: nn.Module, x: torch.Tensor, given: dict[str, torch.Tensor] | None, name: str) -> torch.Tensor:
-    """``lin(x)``: the product ``project_self`` already made with Q, K, V (``given[name]``, the same
-    math in one stacked product) where it did, else ``lin`` applied here."""
+    """``lin(x)``: the product attention's stacked projection already made (``given[name]``, the
+    same math in one stacked product) where it did, else ``lin`` applied here."""
     return given[name] if given is not None and name in given else lin(x)

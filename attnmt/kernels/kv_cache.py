@@ -168,10 +168,16 @@ class KVBuffer:
         return self.select(index.repeat_interleave(k))
 
 
+def _plain_scores(attn) -> tuple[bool, str]:
+    """Whether the attention's scores are plain q·k/√d (the one-query kernel's), and why not."""
+    return not attn.use_variant, f"the {attn.variant} variant changes the scores"
+
+
 def one_query_applies(attn, x: torch.Tensor, mask: torch.Tensor | None, internals: dict | None) -> tuple[bool, str]:
     """Whether a decoder self-attention step can take ``one_query_attention`` (and why not)."""
-    if attn.use_variant:
-        return False, f"the {attn.variant} variant changes the scores"
+    plain, why = _plain_scores(attn)
+    if not plain:
+        return False, why
     if internals is not None or mask is not None:
         return False, "internals or a key mask asked for"
     if x.size(1) != 1 or attn.training or torch.is_grad_enabled() or x.device.type != "cpu":
@@ -309,5 +315,4 @@ KERNELS = (Kernel("kv_cache.KVBuffer", "search keys", "attnmt.models.transformer
            Kernel("kv_cache.one_query_attention", "search self-attention",
                   "attnmt.attention.multihead.MultiHeadAttention",
                   "standard attention in a CPU search, one query per row, no internals",
-                  lambda attn: (not attn.use_variant, f"the {attn.variant} variant changes the scores"),
-                  ("cpu",), one_query_attention))
+                  _plain_scores, ("cpu",), one_query_attention))
