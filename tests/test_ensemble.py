@@ -154,3 +154,8 @@ def test_parallel_batch_workers_give_the_same_translations(runs):
     assert [t[0].text for t in two] == [t[0].text for t in one]
     assert [t[0].score for t in two] == pytest.approx([t[0].score for t in one], abs=1e-5)
     assert torch.get_num_threads() >= 1
+    translator.fork_workers = True  # attnmt translate's: the batches go to forked processes
+    forked = translator.translate(lines, beam=3, batch_size=2, workers=2, with_attention=True)
+    assert [t[0].text for t in forked] == [t[0].text for t in one]
+    assert [t[0].score for t in forked] == pytest.approx([t[0].score for t in one], abs=1e-5)
+    assert all(t[0].attention is not None and t[0].alignment is not None for t in forked)

@@ -73,20 +73,27 @@ def test_buffered_lm_search_equals_the_definition():
     _same(*_both(model, beam_search, src, lengths, 3, max_len_ratio=1.0, max_len_extra=3))
 
 
-@pytest.mark.parametrize("one_query", [False, True])
-def test_state_reorders_drops_rows_and_grows_as_concatenation(one_query):
+@pytest.mark.parametrize("one_query,low", [(False, False), (True, False), (True, True)])
+def test_state_reorders_drops_rows_and_grows_as_concatenation(one_query, low):
+    """Every layout holds the concatenated keys (the bfloat16 one: rounded to bfloat16)."""
     torch.manual_seed(0)
     state, cat = kv_cache.KVBuffer(), None
+    rounded = (lambda x: x.to(torch.bfloat16).float()) if low else (lambda x: x)  # noqa: E731
     for t in range(kv_cache.FIRST_CAP + 5):  # past the first capacity: the buffers grow
         new = {"k": torch.randn(6, 2, 1, 3), "v": torch.randn(6, 2, 1, 3)}
-        keys, state = state.extend(new, one_query)
+        keys, state = state.extend(new, one_query, low)
         assert state.one_query == one_query and (keys is None) == one_query
+        assert state.layout == ("low" if low else "time" if one_query else "heads")
         keys = state.keys()
         cat = new if cat is None else {n: torch.cat([cat[n], new[n]], 2) for n in new}
-        assert all(torch.equal(keys[n], cat[n]) for n in new)
+        assert all(torch.equal(keys[n], rounded(cat[n])) for n in new)
         index = torch.randint(0, 6, (6,))
         state, cat = state.select(index), select_batch(cat, index)
-        assert all(torch.equal(state.keys()[n], cat[n]) for n in new)
+        assert all(torch.equal(state.keys()[n], rounded(cat[n])) for n in new)
+    if low:  # positions past the length are finite: a masked key times weight 0 stays 0
+        assert state.buffers.cap % kv_cache.LOW_STEP == 0 and state.buffers.cap >= state.length
+        assert all(bool(t[: state.rows].isfinite().all()) for t in state.buffers.tensors.values())
+        cat = {n: rounded(c) for n, c in cat.items()}
     fewer = torch.tensor([4, 1])  # a sentence done: its rows leave
     state, cat = state.select(fewer), select_batch(cat, fewer)
     state, cat = repeat_rows(state, 3), repeat_rows(cat, 3)
@@ -160,18 +167,21 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
     torch.manual_seed(0)
     model = _model()
     attn = model.decoder.layers[0].self_attn
-    state, cat = kv_cache.KVBuffer(), None
+    state, low, cat = kv_cache.KVBuffer(), kv_cache.KVBuffer(), None
     with torch.no_grad():
-        for t in range(5):
+        for t in range(kv_cache.LOW_STEP + 3):
             x = torch.randn(6, 1, 16)
             q, new = attn.project_self(x)[:2]
             _, state = state.extend(new, one_query=True)
+            _, low = low.extend(new, one_query=True, low=True)
             cat = new if cat is None else {n: torch.cat([cat[n], new[n]], 2) for n in new}
             got = kv_cache.one_query_attention(attn, q, state)
             want, _ = attn(x, cat, None, True, t, False, None, q)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+            # bfloat16 keys, all LOW_STEP positions read, those past t masked: the same up to rounding
+            torch.testing.assert_close(kv_cache.one_query_attention(attn, q, low), want, atol=3e-2, rtol=3e-2)
             index = torch.randint(0, 6, (6,))
-            state, cat = state.select(index), select_batch(cat, index)
+            state, cat, low = state.select(index), select_batch(cat, index), low.select(index)
     for variant, fast in (("standard", True), ("window-add", False)):
         model = _model(dec_self_attention=variant)
         src, lengths = _source(2)
@@ -180,6 +190,12 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
             prefix = torch.full((2, 1), 2)
             _, state, _ = model.step(prefix, model.init_state(enc), enc)
         assert all(s.one_query == fast for s in state["layers"])
+        for lin in model.modules():  # a bfloat16 search: its layout
+            if hasattr(lin, "bf16_search"):
+                lin.bf16_search = True
+        with torch.no_grad():
+            _, state, _ = model.step(prefix, model.init_state(enc), enc)
+        assert all(s.layout == ("low" if fast else "heads") for s in state["layers"])
 
 
 def test_cross_attention_of_a_bf16_search_is_the_definition_up_to_rounding():

@@ -35,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="beam: a sentence is done when its best extension ends (best, as OpenNMT-py) "
                    "or when it has --beam finished hypotheses (complete)")
     p.add_argument("--workers", type=int, default=0,
-                   help="batches searched at once, one CPU thread each (0: one per torch thread on CPU)")
+                   help="batches searched at once, each by its own process on one CPU thread "
+                   "(0: one per torch thread on CPU)")
     p.add_argument("--int8", action="store_true",
-                   help="CPU search: the output layer (a Transformer: and every map of its decoder) "
+                   help="CPU search: the output layer (a Transformer: every map) "
                    "as 8-bit products (faster; scores move slightly, see docs/results/race.md)")
     p.add_argument("--bf16", action="store_true",
                    help="CPU search with bfloat16 units (AVX-512 BF16, AMX): the search step's "
@@ -122,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"attnmt: using the EMA weights ({EMA_FILE}) of {', '.join(ema)}; --raw-weights for "
               "the raw ones", file=sys.stderr)
     translator.prepare(options)  # --int8 / precision errors before the input is read
+    translator.fork_workers = True  # a command of its own: its batches may go to forked processes
     from attnmt.kernels.dispatch import search_notes
 
     for note in search_notes(translator.runs):  # a part on the reference path, and why

@@ -21,6 +21,7 @@ from attnmt.decode.force import word_attention
 from attnmt.decode.guides import Guides, encode_guides
 from attnmt.decode.options import SearchOptions
 from attnmt.decode.prefix import ForcedPrefix
+from attnmt.decode.processes import fork_applies, fork_map
 from attnmt.decode.sampling import Sampler, chunk_generator, sample
 from attnmt.decode.search import Hypothesis, beam_search, greedy_search
 from attnmt.errors import UserError
@@ -81,12 +82,13 @@ def _bf16_switches(run: Run) -> list:
 
 def _int8_switches(run: Run) -> list[tuple[object, str]]:
     """What ``--int8`` turns on, as (module, attribute): an LSTM decoder's output layer
-    (``int8_output``), or every linear map of a Transformer's decoder and its output layer
-    (``PackedLinear.int8_search``: the per-step products the decoder makes); or a UserError."""
+    (``int8_output``), or every linear map of a Transformer (``PackedLinear.int8_search``: the
+    decoder's per-step products, its output layer, and the encoder's, as CTranslate2's int8 does);
+    or a UserError."""
     network = run.network
     if isinstance(network, Transformer):
-        maps = [m for m in network.decoder.modules() if isinstance(m, packed.PackedLinear)]
-        return [(lin, "int8_search") for lin in (*maps, network.output)]
+        maps = [m for m in network.modules() if isinstance(m, packed.PackedLinear)]
+        return [(lin, "int8_search") for lin in maps]
     try:
         return [(_search_decoder(run, "--int8"), "int8_output")]
     except UserError:
@@ -96,7 +98,7 @@ def _int8_switches(run: Run) -> list[tuple[object, str]]:
 
 def use_int8_output_layer(runs: list[Run]) -> None:
     """``attnmt translate --int8``: the search's output layer W_s h̃_t of every model as an 8-bit
-    product (kernels/packed.py, ``pack_int8``), and every map of a Transformer decoder too.
+    product (kernels/packed.py, ``pack_int8``), and every map of a Transformer too.
     The output layer is the largest product of a search step (V × H per hypothesis); in 8 bits it
     runs ~2× faster on an AVX2 core. Logits move by the rounding of W_s (per row) and of h̃_t
     (7 bits over its range), so scores and, rarely, choices change: a speed option, off by
@@ -201,6 +203,9 @@ class Translator:
     (decode/search.py) with the prefixes as a mask."""
 
     parallel_batches = True  # batches may be searched by several threads at once
+    # ... or by forked processes (decode/processes.py): ``attnmt translate`` turns it on; a
+    # library or a server that holds other threads should not fork
+    fork_workers = False
 
     def __init__(self, model, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, device: torch.device):
         self.model, self.cfg, self.src_tok, self.tgt_tok, self.device = model, cfg, src_tok, tgt_tok, device
@@ -278,7 +283,8 @@ class Translator:
         searched at the same time, each on one CPU thread (0: as many as torch has threads, on
         CPU). On a few cores this beats one search whose every product is split across the
         cores: single-threaded products of a few hundred rows run near the core's peak, and the
-        search's own bookkeeping runs in parallel too."""
+        search's own bookkeeping runs in parallel too. Threads by default; forked processes
+        with ``fork_workers`` (``attnmt translate``'s; decode/processes.py)."""
         options = options or SearchOptions()
         if not isinstance(options, SearchOptions):
             raise UserError(f"options must be a SearchOptions, not {type(options).__name__}; "
@@ -294,16 +300,19 @@ class Translator:
         if seed is None and options.sample is not None:  # from torch's generator: manual_seed fixes it
             seed = int(torch.randint(0, 2**62, (1,)))
 
-        def search(chunk: list[int]) -> None:
+        def search(chunk: list[int]) -> list[list[Translation]]:
             ids, batch = self._batch([prepared[i] for i in chunk], chunk)
-            for k, (i, hyps) in enumerate(zip(chunk, self._search(batch, chunk, options, guides, seed, need))):
-                results[i] = [self._finish(prepared[i], h, len(ids[k])) for h in hyps]
+            found = self._search(batch, chunk, options, guides, seed, need)
+            return [[self._finish(prepared[i], h, len(ids[k])) for h in hyps]
+                    for k, (i, hyps) in enumerate(zip(chunk, found))]
 
         # lines with constraints take their own search; the others keep the fast paths
         groups = [[i for i in order if guides.constrained(i)], [i for i in order if not guides.constrained(i)]]
         size = options.batch_size
         chunks = [g[start : start + size] for g in groups for start in range(0, len(g), size)]
-        self._run_chunks(search, chunks, options.workers)
+        for chunk, found in zip(chunks, self._run_chunks(search, chunks, options.workers)):
+            for i, translations in zip(chunk, found):
+                results[i] = translations
         for i in keep:
             for t in results[i]:
                 t.cut = len(t.tgt_pieces) >= options.max_len_cap
@@ -332,19 +341,21 @@ class Translator:
         return beam_search(self.model, batch.src, batch.src_lengths, o.beam, o.nbest, o.length_penalty,
                            stop=o.stop, forced=prefix, **lengths)
 
-    def _run_chunks(self, search, chunks: list[list[int]], workers: int) -> None:
+    def _run_chunks(self, search, chunks: list[list[int]], workers: int) -> list:
+        """``[search(chunk) for chunk in chunks]``, by ``workers`` threads (or, with
+        ``fork_workers``, processes) at once, each on one CPU thread."""
         threads = torch.get_num_threads()
         if workers <= 0:
             workers = threads if self.device.type == "cpu" else 1
         workers = min(workers, len(chunks)) if self.parallel_batches else 1
         if workers <= 1:
-            for chunk in chunks:
-                search(chunk)
-            return
+            return [search(chunk) for chunk in chunks]
+        if self.fork_workers and fork_applies(workers, self.device):
+            return fork_map(search, chunks, workers)
         torch.set_num_threads(1)  # one thread per search; restored below
         try:
             with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(search, chunks))  # longest batches first: the pool balances the rest
+                return list(pool.map(search, chunks))  # longest first: the pool balances the rest
         finally:
             torch.set_num_threads(threads)
 

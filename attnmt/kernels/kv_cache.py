@@ -41,51 +41,67 @@ from attnmt.kernels.dispatch import Kernel
 IMPLEMENTS = ("attnmt.models.transformer.Layer", "attnmt.attention.multihead.MultiHeadAttention")
 
 FIRST_CAP = 64  # positions allocated at the first step (doubled when a search outgrows them)
+LOW_STEP = 8  # the bfloat16 layout's capacity: the length rounded up to a multiple of this
+
+# the layouts of a layer's buffers, by name:
+#   "heads"  (rows, H, T_cap, ·): the definition's layout, any keys (a variant's too)
+#   "time"   K and V time-major, (T_cap, rows, H, d): one_query_attention's float32 layout
+#   "low"    K and V in bfloat16, (rows, H, T_cap, d) with T_cap the length rounded up to
+#            LOW_STEP: one_query_attention of a bfloat16 search reads all T_cap positions (the
+#            ones past the length masked), so every product's operand is contiguous
+ONE_QUERY_LAYOUTS = ("time", "low")
 
 
 class _Buffers:
-    """(rows, H, T_cap, ·) tensors by key name (or, in the one-query layout, K and V time-major:
-    (T_cap, rows, H, d)), the KVBuffer states reading them, and the spare set a reorder writes
-    into."""
+    """(rows, H, T_cap, ·) tensors by key name (or another of the layouts above), the KVBuffer
+    states reading them, and the spare set a reorder writes into."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor], one_query: bool = False):
+    def __init__(self, tensors: dict[str, torch.Tensor], layout: str = "heads"):
         self.tensors = tensors
-        self.one_query = one_query
+        self.layout = layout
         first = next(iter(tensors.values()))
-        self.rows, self.cap = (first.size(1), first.size(0)) if one_query else (first.size(0), first.size(2))
+        self.rows, self.cap = (first.size(1), first.size(0)) if layout == "time" else (first.size(0), first.size(2))
         self.generation = 0  # of the newest state reading these: the one allowed to write at its length
         self.holders: weakref.WeakSet = weakref.WeakSet()  # every live state reading these
         self.spare: _Buffers | None = None
 
+    @property
+    def one_query(self) -> bool:
+        return self.layout in ONE_QUERY_LAYOUTS
+
     @staticmethod
-    def like(keys: dict[str, torch.Tensor], rows: int, cap: int, one_query: bool = False) -> "_Buffers":
-        if one_query:
-            return _Buffers({n: k.new_empty(cap, rows, k.size(1), k.size(3)) for n, k in keys.items()}, True)
+    def like(keys: dict[str, torch.Tensor], rows: int, cap: int, layout: str = "heads") -> "_Buffers":
+        if layout == "time":
+            return _Buffers({n: k.new_empty(cap, rows, k.size(1), k.size(3)) for n, k in keys.items()}, layout)
+        if layout == "low":  # zeros: a masked position must hold a finite key (0 · weight)
+            return _Buffers({n: k.new_zeros(rows, k.size(1), cap, k.size(3), dtype=torch.bfloat16)
+                             for n, k in keys.items()}, layout)
         return _Buffers({name: k.new_empty(rows, k.size(1), cap, *k.shape[3:]) for name, k in keys.items()})
 
     def empty(self, rows: int) -> "_Buffers":
         """Buffers of this layout and capacity for ``rows`` rows."""
-        if self.one_query:
-            return _Buffers({n: t.new_empty(t.size(0), rows, *t.shape[2:]) for n, t in self.tensors.items()}, True)
-        return _Buffers({n: t.new_empty(rows, *t.shape[1:]) for n, t in self.tensors.items()})
+        if self.layout == "time":
+            return _Buffers({n: t.new_empty(t.size(0), rows, *t.shape[2:]) for n, t in self.tensors.items()}, "time")
+        return _Buffers({n: t.new_empty(rows, *t.shape[1:]) for n, t in self.tensors.items()}, self.layout)
 
     def view(self, name: str, rows: int, start: int, end: int) -> torch.Tensor:
         """Rows :rows, positions start:end of one buffer, in its own layout."""
         t = self.tensors[name]
-        return t[start:end, :rows] if self.one_query else t[:rows, :, start:end]
+        return t[start:end, :rows] if self.layout == "time" else t[:rows, :, start:end]
 
     def write(self, name: str, rows: int, start: int, keys: torch.Tensor) -> None:
         """Store ``keys`` (rows, H, T, ·) of the definition's layout at positions start.."""
         view = self.view(name, rows, start, start + keys.size(2))
-        view.copy_(keys.permute(2, 0, 1, 3) if self.one_query else keys)
+        view.copy_(keys.permute(2, 0, 1, 3) if self.layout == "time" else keys)
 
     def fits(self, keys: dict[str, torch.Tensor], rows: int, length: int) -> bool:
         if self.rows < rows or self.cap < length or self.tensors.keys() != keys.keys():
             return False
-        if self.one_query:
+        if self.layout == "time":
             return all(b.shape[2:] == (k.size(1), k.size(3)) and b.dtype == k.dtype
                        for b, k in ((self.tensors[n], keys[n]) for n in keys))
-        return all(b.shape[1] == k.shape[1] and b.shape[3:] == k.shape[3:] and b.dtype == k.dtype
+        dtype = torch.bfloat16 if self.layout == "low" else None
+        return all(b.shape[1] == k.shape[1] and b.shape[3:] == k.shape[3:] and b.dtype == (dtype or k.dtype)
                    for b, k in ((self.tensors[n], keys[n]) for n in keys))
 
 
@@ -105,36 +121,53 @@ class KVBuffer:
 
     @property
     def one_query(self) -> bool:
-        """Whether these keys are in ``one_query_attention``'s layout (see ``extend``)."""
+        """Whether these keys are in a layout of ``one_query_attention`` (see ``extend``)."""
         return self.buffers is not None and self.buffers.one_query
+
+    @property
+    def layout(self) -> str | None:
+        """The buffers' layout ("heads", "time" or "low"; None before the first step)."""
+        return None if self.buffers is None else self.buffers.layout
 
     def keys(self) -> dict[str, torch.Tensor]:
         """The cached keys, each (rows, H, length, ·): views, valid until the next extend/select
-        (in the one-query layout, (rows, H, t, d) views of its time-major buffers)."""
+        (in the time-major layout, (rows, H, t, d) views of its buffers; in the bfloat16 one,
+        float32 copies)."""
         b = self.buffers
         views = {n: b.view(n, self.rows, 0, self.length) for n in b.tensors}
-        if b.one_query:  # (t, rows, H, d) -> (rows, H, t, d)
+        if b.layout == "time":  # (t, rows, H, d) -> (rows, H, t, d)
             return {n: v.permute(1, 2, 0, 3) for n, v in views.items()}
+        if b.layout == "low":
+            return {n: v.float() for n, v in views.items()}
         return views
 
-    def extend(self, new: dict[str, torch.Tensor], one_query: bool = False
+    def extend(self, new: dict[str, torch.Tensor], one_query: bool = False, low: bool = False
                ) -> tuple[dict[str, torch.Tensor] | None, "KVBuffer"]:
         """(cat of the cache and ``new`` (rows, H, T, ·) on the time axis, the state holding it).
 
         ``one_query``: the caller attends with ``one_query_attention`` when it can. Buffers made
-        by this call then take that layout (plain ``k``, ``v`` keys only), and the keys returned
-        are None when the state has it (``state.one_query``); buffers keep the layout they were
-        made with."""
+        by this call then take one of its layouts (plain ``k``, ``v`` keys only): bfloat16 with
+        ``low`` (a bfloat16 search), else float32 time-major; and the keys returned are None
+        when the state has it (``state.one_query``). Buffers keep the layout they were made
+        with."""
         first = next(iter(new.values()))
         rows, end = first.size(0), self.length + first.size(2)
         b = self.buffers
         if self.length and rows != self.rows:
             raise ValueError(f"keys of {rows} rows extend a cache of {self.rows}")
         if b is None or b.generation != self.generation or not b.fits(new, rows, end):
-            cap = FIRST_CAP if b is None else b.cap
-            while cap < end:
-                cap *= 2
-            layout = (b.one_query if b is not None else one_query) and new.keys() == {"k", "v"}
+            if b is not None:
+                layout = b.layout
+            elif one_query and new.keys() == {"k", "v"}:
+                layout = "low" if low else "time"
+            else:
+                layout = "heads"
+            if layout == "low":  # grows by LOW_STEP: every position up to the capacity is read
+                cap = -(-end // LOW_STEP) * LOW_STEP
+            else:
+                cap = FIRST_CAP if b is None else b.cap
+                while cap < end:
+                    cap *= 2
             fresh = _Buffers.like(new, rows, cap, layout)
             if self.length:  # an older state used again, or a full buffer: copy what it holds
                 for n in fresh.tensors:
@@ -151,12 +184,13 @@ class KVBuffer:
             return self
         b, n = self.buffers, index.numel()
         spare = b.spare
-        if spare is None or len(spare.holders) or spare.rows < n or spare.cap < self.length:
+        if spare is None or len(spare.holders) or spare.rows < n or spare.cap != b.cap:
             spare = b.empty(max(n, b.rows))
-        dim = 1 if b.one_query else 0
+        dim = 1 if b.layout == "time" else 0
+        end = b.cap if b.layout == "low" else self.length  # "low": contiguous, and finite past the length
         for name in b.tensors:
-            torch.index_select(b.view(name, self.rows, 0, self.length), dim, index,
-                               out=spare.view(name, n, 0, self.length))
+            torch.index_select(b.view(name, self.rows, 0, end), dim, index,
+                               out=spare.view(name, n, 0, end))
         spare.spare, b.spare = b, None  # the old buffers become the next reorder's target
         return KVBuffer(spare, n, self.length)
 
@@ -188,11 +222,20 @@ def one_query_applies(attn, x: torch.Tensor, mask: torch.Tensor | None, internal
 def one_query_attention(attn, queries: torch.Tensor, state: KVBuffer) -> torch.Tensor:
     """``MultiHeadAttention.forward`` of one query per row over every cached key (a search step of
     standard self-attention, no mask): softmax(q Kᵀ/√d) V as two batched products over the
-    time-major buffers, read in place. Time-major, a layer's keys of positions < t are one
+    buffers, read in place. Time-major (float32), a layer's keys of positions < t are one
     contiguous block, which on the CPU the products stream through faster than SDPA's
-    one-query kernel walks its (rows, H, T_cap, d) buffers. queries (rows, H, 1, d_h) ->
-    (rows, 1, D)."""
+    one-query kernel walks its (rows, H, T_cap, d) buffers. In the bfloat16 layout ("low", a
+    bfloat16 search) every operand is contiguous (torch's bfloat16 product copies any other)
+    and half the bytes: the products run over all T_cap positions, those past t masked.
+    queries (rows, H, 1, d_h) -> (rows, 1, D)."""
     b = state.buffers
+    if b.layout == "low":
+        k, v = b.tensors["k"][: state.rows], b.tensors["v"][: state.rows]  # (rows, H, T_cap, d)
+        scores = torch.matmul(queries.to(torch.bfloat16), k.transpose(2, 3)).float().mul_(attn.scale)
+        if state.length < b.cap:
+            scores[..., state.length :] = float("-inf")
+        weights = torch.softmax(scores, dim=-1).to(torch.bfloat16)
+        return attn.o(attn._merge(torch.matmul(weights, v).float()))
     k = b.view("k", state.rows, 0, state.length).permute(1, 2, 3, 0)  # (rows, H, d, t)
     v = b.view("v", state.rows, 0, state.length).permute(1, 2, 0, 3)  # (rows, H, t, d)
     weights = torch.softmax(torch.matmul(queries, k).mul_(attn.scale), dim=-1)

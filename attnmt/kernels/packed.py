@@ -314,8 +314,8 @@ class PackedLinear(nn.Linear):
     bfloat16 when ``bf16_search`` is set (``attnmt translate --bf16``). ``attnmt translate`` of
     the Bible test set with that Transformer (beam 5, batch 64, an AMD EPYC) took 1.4-1.7x less
     time in float32 than with nn.Linear, with the same output, and 1.6-2.0x less in bfloat16
-    (docs/RESULTS.md). With ``int8_search`` (``translate --int8``: every map of a Transformer's
-    decoder and its output layer) the search's product is ``pack_int8``'s. On a GPU and in
+    (docs/RESULTS.md). With ``int8_search`` (``translate --int8``: every map of a Transformer)
+    the product is ``pack_int8``'s. On a GPU and in
     other dtypes it is nn.Linear.
 
     The packed copy is kept by kernels/cache.py (per weight version, dropped when the module
