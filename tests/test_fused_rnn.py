@@ -227,6 +227,26 @@ def test_row_topk_equals_torch_topk():
             assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (V, k)
 
 
+def test_beam_topk_equals_ranking_every_extension():
+    """beam_topk: per sentence, the k best of scores[b, i] + logp[b·K + i, v] over all K·V, as a
+    full topk over the sums finds them (rows with a -inf score, as at a search's first step,
+    never win while finite ones remain)."""
+    from attnmt.decode.search import beam_topk
+
+    torch.manual_seed(0)
+    for V in (8000, 8001, 40, 12800):
+        for n, K in ((9, 5), (4, 1), (3, 4)):
+            logp = torch.log_softmax(3 * torch.randn(n * K, V), dim=-1)
+            logp[:, 3] = float("-inf")
+            scores = 5 * torch.randn(n, K)
+            scores[0, 1:] = float("-inf")
+            k = min(2 * K, V)
+            values, row, token = beam_topk(logp, scores, k)
+            want, j = (scores.unsqueeze(2) + logp.view(n, K, V)).view(n, K * V).topk(k, dim=1)
+            assert torch.equal(values, want), (V, n, K)
+            assert torch.equal(row, j // V) and torch.equal(token, j % V), (V, n, K)
+
+
 def test_shared_memory_attention_equals_repeated_memory():
     """Beam search repeats the encoder output per hypothesis; global attention reads one shared
     entry for the K rows of a sentence instead, with the same context and weights."""

@@ -54,14 +54,50 @@ def row_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     at least as large; at most k blocks do), so only those k blocks are searched. A max-reduction
     is vectorised and ~20x cheaper than torch's top-k scan over all V entries."""
     R, V = x.shape
-    block = next((b for b in (128, 100, 125, 160, 80, 200, 250, 64) if V % b == 0), 0)
-    if not block or V // block <= 2 * k:
+    block = _block_size(V, k)
+    if not block:
         return x.topk(k, dim=-1)
     blocks = x.view(R, V // block, block)
     best_blocks = blocks.amax(dim=2).topk(k, dim=1).indices  # (R, k)
     candidates = blocks.gather(1, best_blocks.unsqueeze(2).expand(R, k, block)).view(R, k * block)
     values, j = candidates.topk(k, dim=1)  # sorted, as torch.topk
     return values, best_blocks.gather(1, j // block) * block + j % block
+
+
+def _block_size(V: int, k: int) -> int:
+    """The block length that ``row_topk`` and ``beam_topk`` search by: one that divides V and
+    leaves more than 2k blocks; 0 where none does (then they search every entry)."""
+    block = next((b for b in (128, 100, 125, 160, 80, 200, 250, 64) if V % b == 0), 0)
+    return block if block and V // block > 2 * k else 0
+
+
+def beam_topk(logp: torch.Tensor, scores: torch.Tensor, k: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The k best extensions of each sentence: of scores[b, i] + logp[b·K + i, v] over its K rows
+    i and every token v. logp (n·K, V), scores (n, K) -> (values (n, k) best first, the row i
+    each extends, its token v), both (n, k).
+
+    By way of block maxima, as ``row_topk`` but over a sentence's K rows at once: the k best
+    lie in the k blocks whose maxima (plus their row's score) are largest, so one search of k
+    blocks per sentence replaces a search of each row's best blocks and a second search of the
+    K·k survivors. Equal to ranking all K·V sums (up to the order of exact ties)."""
+    n, K = scores.shape
+    V = logp.size(1)
+    block = _block_size(V, k)
+    if not block:
+        row_lp, row_tok = row_topk(logp, min(k, V))
+        cand = (scores.view(-1, 1) + row_lp).view(n, -1)
+        values, j = cand.topk(k, dim=-1)
+        return values, j // row_lp.size(1), row_tok.view(n, -1).gather(1, j)
+    blocks = logp.view(n, K, V // block, block)
+    maxima = (blocks.amax(dim=3) + scores.unsqueeze(2)).view(n, -1)  # (n, K·blocks)
+    best = maxima.topk(k, dim=1).indices  # (n, k)
+    row, col = best // (V // block), best % (V // block)
+    entry = torch.arange(n, device=logp.device).unsqueeze(1)
+    cand = blocks[entry, row, col] + scores[entry, row].unsqueeze(2)  # (n, k, block)
+    values, j = cand.view(n, k * block).topk(k, dim=1)
+    which = j // block
+    return values, row.gather(1, which), col.gather(1, which) * block + j % block
 
 
 def block_specials(logp: torch.Tensor) -> torch.Tensor:
@@ -180,14 +216,8 @@ def beam_search(
         logp = block_specials(torch.log_softmax(logits.float(), dim=-1))  # (n·K, V)
         if forced is not None:  # the sentence of each row: alive[row // K]
             logp = forced.apply(logp, t, torch.tensor(alive, device=device).repeat_interleave(K))
-        # The 2K best of a sentence's K·V extensions are among the 2K best of each of its rows
-        # (one score is added to a whole row), so rank each row first and then the K·2K.
-        row_k = min(2 * K, logp.size(-1))
-        row_lp, row_tok = row_topk(logp, row_k)  # (n·K, row_k)
-        cand = (scores.view(-1, 1) + row_lp).view(n, K * row_k)
-        top_scores, top_j = cand.topk(2 * K, dim=-1)  # (n, 2K), best first
-        origin = top_j // row_k  # which live hypothesis each candidate extends
-        token = row_tok.view(n, K * row_k).gather(1, top_j)
+        # (n, 2K), best first: each candidate's score, the live hypothesis it extends, its token
+        top_scores, origin, token = beam_topk(logp, scores, 2 * K)
         if need_weights and weights is not None:
             step_w = weights.float().unsqueeze(1)  # (n·K, 1, S)
             history = step_w if history is None else torch.cat([history, step_w], dim=1)
