@@ -227,6 +227,17 @@ def test_row_topk_equals_torch_topk():
             assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (V, k)
 
 
+def test_log_probs_in_place_equal_log_softmax():
+    from attnmt.decode.search import log_probs
+
+    torch.manual_seed(0)
+    logits = 4 * torch.randn(33, 8000)
+    want = torch.log_softmax(logits, dim=-1)
+    assert torch.equal(log_probs(logits.clone()), want)
+    assert torch.equal(log_probs(logits.t().contiguous().t()), want)  # not contiguous: a new tensor
+    assert torch.equal(log_probs(logits.to(torch.bfloat16)), torch.log_softmax(logits.to(torch.bfloat16).float(), -1))
+
+
 def test_beam_topk_equals_ranking_every_extension():
     """beam_topk: per sentence, the k best of scores[b, i] + logp[b·K + i, v] over all K·V, as a
     full topk over the sums finds them (rows with a -inf score, as at a search's first step,
