@@ -135,6 +135,13 @@ def test_shared_memory_selects_as_the_repeated_memory():
         keys, m = got.cross[0].repeated()
         assert got.rows == (4 if index.numel() == 8 else 1)
         assert torch.equal(m, want["mask"]) and all(torch.equal(keys[n], want["cross"][0][n]) for n in keys)
+    # a bfloat16 search's keys, made once, follow the selections (not made again from the keys)
+    low = shared.cross[0].low()
+    picked = shared.select(torch.tensor([4, 5, 6, 7])).repeat_rows(1)
+    assert picked.cross[0]._low is not None
+    fresh = kv_cache.SharedKeys(picked.cross[0].keys, picked.mask)
+    assert all(torch.equal(a, b) for a, b in zip(picked.cross[0].low(), fresh.low()))
+    assert torch.equal(picked.cross[0].low()[0], low[0][1:2])
 
 
 def test_buffered_search_with_alignments_equals_the_definition():

@@ -251,10 +251,10 @@ class SharedKeys:
     (one SDPA call, no copy); otherwise the definition on keys repeated once per state."""
 
     def __init__(self, keys: dict[str, torch.Tensor], mask: torch.Tensor, rows: int = 1,
-                 bias: list | None = None):
+                 bias: list | None = None, low: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.keys, self.mask, self.rows = keys, mask, rows
         self._repeated: tuple[dict, torch.Tensor] | None = None
-        self._low: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._low = low  # ``low()``'s, when a selection of the memory it was made for passes it on
         self._bias = [None] if bias is None else bias  # shared by the layers of one memory
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
@@ -317,21 +317,28 @@ class SharedMemory:
     entries shared; any other selection reads entry index // rows, one row each."""
 
     def __init__(self, out: torch.Tensor, mask: torch.Tensor, cross: list[dict[str, torch.Tensor]],
-                 rows: int = 1):
+                 rows: int = 1, lows: list | None = None):
         self.out, self.mask, self.rows, self.cross_keys = out, mask, rows, cross
         bias: list = [None]
-        self.cross = [SharedKeys(keys, mask, rows, bias) for keys in cross]
+        lows = lows or [None] * len(cross)
+        self.cross = [SharedKeys(keys, mask, rows, bias, low) for keys, low in zip(cross, lows)]
 
     def __getitem__(self, name: str):
         return {"out": self.out, "mask": self.mask, "cross": self.cross}[name]
 
+    def _lows(self) -> list:
+        return [keys._low for keys in self.cross]
+
     def repeat_rows(self, k: int) -> "SharedMemory":
-        return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k)
+        return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k, self._lows())
 
     def _entries(self, entries: torch.Tensor, rows: int) -> "SharedMemory":
+        """Entries ``entries`` of everything, the bfloat16 keys too where they were made (a
+        selection of contiguous tensors along the first axis stays contiguous)."""
         pick = lambda t: t.index_select(0, entries)  # noqa: E731
+        lows = [None if low is None else (pick(low[0]), pick(low[1])) for low in self._lows()]
         return SharedMemory(pick(self.out), pick(self.mask),
-                            [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows)
+                            [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows, lows)
 
     def select(self, index: torch.Tensor) -> "SharedMemory":
         if self.rows > 1 and index.numel() % self.rows == 0:
