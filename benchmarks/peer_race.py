@@ -65,6 +65,11 @@ What it does, on the machine it runs on:
    in both engines, so equal quality, which two models trained for the same budget are not
    (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row, and
    ``translate_speed_int8_vs_ct2_same_model``: attnmt's ``--int8`` against that fastest one).
+   CTranslate2 ends a sentence when it has beam-size finished hypotheses (its ``patience`` 1);
+   attnmt's default, OpenNMT-py's rule, ends it when the best extension ends it, which writes
+   shorter outputs. So attnmt's ``--int8`` is timed a third time with ``--stop complete``, the
+   same rule as CTranslate2's: ``translate_int8_complete_s``, ``bleu_int8_complete``, and
+   ``translate_speed_int8_vs_ct2_same_rule`` in the ratio row (the like-for-like search).
 
 Each side also writes ``result.json`` in its folder (its result, the race settings, commit and
 time): with ``--only``, a row takes the other side from there when an earlier run in the same OUT
@@ -409,6 +414,14 @@ def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: i
                       "--checkpoint", "last", "--force"], run_dir / "ct2_export.log", env)
         ct2_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
         result["ct2"] = ct2_translations(sys.executable, ct2_env, ct2_dir, data, run_dir, threads, ct2_types, refs)
+        if int8 and "translate_int8_s" in result:
+            # CTranslate2's stopping rule (a sentence ends with beam_size finished hypotheses, its
+            # patience 1): attnmt's --stop complete, so both engines search alike
+            hyp_c = run_dir / "test.int8.complete.hyp.es"
+            took = run(attnmt_translate(run_dir, data, hyp_c, "--int8", "--stop", "complete"),
+                       run_dir / "translate.int8.complete.log", env)
+            result.update(translate_int8_complete_s=round(took, 1),
+                          bleu_int8_complete=score(hyp_c.read_text(encoding="utf-8").splitlines(), refs)["bleu"])
     return result
 
 
@@ -433,6 +446,9 @@ def ratios(row: dict, peer: str) -> dict:
         if "translate_int8_s" in a:  # both engines at their 8-bit best on the same weights
             out["translate_speed_int8_vs_ct2_same_model"] = round(
                 a["ct2"][best]["translate_s"] / a["translate_int8_s"], 3)
+        if "translate_int8_complete_s" in a:  # ... and with the same stopping rule
+            out["translate_speed_int8_vs_ct2_same_rule"] = round(
+                a["ct2"][best]["translate_s"] / a["translate_int8_complete_s"], 3)
     return out
 
 
@@ -560,7 +576,11 @@ def main(argv: list[str] | None = None) -> int:
                     ct2 += (f", {r['translate_speed_vs_ct2_same_model']}x CTranslate2 "
                             f"{r['ct2_same_model_best']} on attnmt's model")
                     if "translate_speed_int8_vs_ct2_same_model" in r:
-                        ct2 += f" ({r['translate_speed_int8_vs_ct2_same_model']}x with --int8)"
+                        ct2 += f" ({r['translate_speed_int8_vs_ct2_same_model']}x with --int8"
+                        if "translate_speed_int8_vs_ct2_same_rule" in r:
+                            ct2 += (f", {r['translate_speed_int8_vs_ct2_same_rule']}x with --int8 "
+                                    "--stop complete, CTranslate2's stopping rule")
+                        ct2 += ")"
                 print(f"size {size}: attnmt/{TITLE[peer]} tokens/s {r['tgt_tok_s']}x, "
                       f"translation {r['translate_speed']}x faster{extra}{ct2}, "
                       f"BLEU {a['bleu']} vs {o['bleu']}", flush=True)

@@ -130,6 +130,9 @@ def test_ratios_against_ctranslate2_on_attnmts_own_model():
     assert r["translate_speed_int8_vs_ct2_same_model"] == round(22.0 / 16.0, 3)  # both at their best
     assert r["translate_speed_int8"] == round(45.0 / 16.0, 3)
     assert "ct2_best" not in r  # the peer was not converted
+    assert "translate_speed_int8_vs_ct2_same_rule" not in r
+    row["attnmt"]["translate_int8_complete_s"] = 20.0  # --stop complete: CTranslate2's rule
+    assert peer_race.ratios(row, "opennmt")["translate_speed_int8_vs_ct2_same_rule"] == 1.1
 
 
 def test_a_side_raced_earlier_stands_in_a_row_only_with_the_same_settings(tmp_path):
