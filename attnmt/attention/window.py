@@ -115,7 +115,7 @@ class BoundaryPointers(nn.Module):
         S = k.size(2)
         # einsum batches over heads ((B T) × d_h by d_h × 2 d_h each): cheaper than a matmul
         # broadcast over B, whose weight gradient is a sum over B
-        qa = torch.einsum("bhtd,hde->bhte", q, self.bilinear()).reshape(B, H, 2 * T, d)  # rows (t, side)
+        qa = packed.einsum("bhtd,hde->bhte", q, self.bilinear()).reshape(B, H, 2 * T, d)  # rows (t, side)
         scores = masked(packed.matmul(qa, k.transpose(-1, -2)).view(B, H, T, 2, S), allowed.unsqueeze(-2))
         phi_l, phi_r = torch.softmax(scores, dim=-1).unbind(-2)
         return phi_l, phi_r
