@@ -12,13 +12,14 @@ ago, never a file.
 
 Forking a process that holds an OpenMP thread pool is safe here because every process runs on
 one thread from the fork on (``torch.set_num_threads(1)`` before it): a one-thread parallel
-region never touches the pool. Only where the ``fork`` start method exists (Linux, macOS).
+region never touches the pool. On Linux only (elsewhere the threads).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,8 +27,10 @@ import torch
 
 
 def fork_applies(workers: int, device: torch.device) -> bool:
-    """Whether ``fork_map`` can run ``workers`` searches at once on ``device``."""
-    return workers > 1 and device.type == "cpu" and "fork" in mp.get_all_start_methods()
+    """Whether ``fork_map`` can run ``workers`` searches at once on ``device``: on Linux only
+    (macOS offers fork, but its system libraries are not safe to use after one)."""
+    return (workers > 1 and device.type == "cpu" and sys.platform.startswith("linux")
+            and "fork" in mp.get_all_start_methods())
 
 
 def _take(counter, total: int):
