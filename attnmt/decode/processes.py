@@ -49,7 +49,7 @@ def _portable(error: BaseException) -> BaseException:
     try:
         pickle.loads(pickle.dumps(error))
         return error
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to pickle or rebuild it
         return RuntimeError(f"{type(error).__name__}: {error}")
 
 

@@ -70,7 +70,7 @@ class _Buffers:
         return self.layout in ONE_QUERY_LAYOUTS
 
     @staticmethod
-    def like(keys: dict[str, torch.Tensor], rows: int, cap: int, layout: str = "heads") -> "_Buffers":
+    def like(keys: dict[str, torch.Tensor], rows: int, cap: int, layout: str = "heads") -> _Buffers:
         if layout == "time":
             return _Buffers({n: k.new_empty(cap, rows, k.size(1), k.size(3)) for n, k in keys.items()}, layout)
         if layout == "low":  # zeros: a masked position must hold a finite key (0 · weight)
@@ -78,7 +78,7 @@ class _Buffers:
                              for n, k in keys.items()}, layout)
         return _Buffers({name: k.new_empty(rows, k.size(1), cap, *k.shape[3:]) for name, k in keys.items()})
 
-    def empty(self, rows: int) -> "_Buffers":
+    def empty(self, rows: int) -> _Buffers:
         """Buffers of this layout and capacity for ``rows`` rows."""
         if self.layout == "time":
             return _Buffers({n: t.new_empty(t.size(0), rows, *t.shape[2:]) for n, t in self.tensors.items()}, "time")
@@ -142,7 +142,7 @@ class KVBuffer:
         return views
 
     def extend(self, new: dict[str, torch.Tensor], one_query: bool = False, low: bool = False
-               ) -> tuple[dict[str, torch.Tensor] | None, "KVBuffer"]:
+               ) -> tuple[dict[str, torch.Tensor] | None, KVBuffer]:
         """(cat of the cache and ``new`` (rows, H, T, ·) on the time axis, the state holding it).
 
         ``one_query``: the caller attends with ``one_query_attention`` when it can. Buffers made
@@ -178,7 +178,7 @@ class KVBuffer:
         state = KVBuffer(b, rows, end)
         return (None if b.one_query and one_query else state.keys()), state
 
-    def select(self, index: torch.Tensor) -> "KVBuffer":
+    def select(self, index: torch.Tensor) -> KVBuffer:
         """The cache of rows ``index``: as ``index_select(0, index)`` of every key."""
         if self.buffers is None:
             return self
@@ -194,7 +194,7 @@ class KVBuffer:
         spare.spare, b.spare = b, None  # the old buffers become the next reorder's target
         return KVBuffer(spare, n, self.length)
 
-    def repeat_rows(self, k: int) -> "KVBuffer":
+    def repeat_rows(self, k: int) -> KVBuffer:
         """Every row repeated k times in place (beam search's first step)."""
         if self.buffers is None:
             return self
@@ -329,10 +329,10 @@ class SharedMemory:
     def _lows(self) -> list:
         return [keys._low for keys in self.cross]
 
-    def repeat_rows(self, k: int) -> "SharedMemory":
+    def repeat_rows(self, k: int) -> SharedMemory:
         return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k, self._lows())
 
-    def _entries(self, entries: torch.Tensor, rows: int) -> "SharedMemory":
+    def _entries(self, entries: torch.Tensor, rows: int) -> SharedMemory:
         """Entries ``entries`` of everything, the bfloat16 keys too where they were made (a
         selection of contiguous tensors along the first axis stays contiguous)."""
         pick = lambda t: t.index_select(0, entries)  # noqa: E731
@@ -340,7 +340,7 @@ class SharedMemory:
         return SharedMemory(pick(self.out), pick(self.mask),
                             [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows, lows)
 
-    def select(self, index: torch.Tensor) -> "SharedMemory":
+    def select(self, index: torch.Tensor) -> SharedMemory:
         if self.rows > 1 and index.numel() % self.rows == 0:
             blocks = index.view(-1, self.rows)
             starts = blocks[:, :1]

@@ -278,7 +278,7 @@ def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torc
     return F.linear(x, w.weight, bias)
 
 
-def relu_chain(x: torch.Tensor, first: "PackedLinear", second: "PackedLinear") -> torch.Tensor | None:
+def relu_chain(x: torch.Tensor, first: PackedLinear, second: PackedLinear) -> torch.Tensor | None:
     """``second(relu(first(x)))`` in a search's bfloat16 products (no autograd, the CPU, both maps
     ``bf16_search`` and not int8; None elsewhere): the ReLU fused into the first product
     (oneDNN's post-op) and the hidden layer left in bfloat16 for the second. The same numbers as
