@@ -117,7 +117,7 @@ def tiny_run(tiny_corpus, tmp_path_factory) -> Path:
     """A trained tiny translation run directory (64 updates; a few seconds on one core)."""
     import torch
 
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     run_dir = tmp_path_factory.mktemp("tiny_run") / "tiny"
     threads = torch.get_num_threads()

@@ -121,7 +121,7 @@ def test_accuracy_by_group():
 
 def test_classifier_trains_end_to_end(tmp_path):
     from attnmt.eval.classify import evaluate_file
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     rng = random.Random(0)
     rows = []

@@ -31,7 +31,7 @@ def test_config_names_the_corpus_attnmt_data_writes(name):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_trains_two_updates(name, tiny_corpus, tmp_path):
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     root = Path(__file__).parents[1]
     cfg = load_config(root / name)

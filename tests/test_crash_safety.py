@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnmt.errors import UserError
 from attnmt.runs import checkpoint as ckpt_mod
 from attnmt.runs.checkpoint import (
     find_checkpoint,
@@ -22,8 +23,7 @@ from attnmt.runs.checkpoint import (
     load_weights,
     save_checkpoint,
 )
-from attnmt.errors import UserError
-from attnmt.train.training import run_training
+from attnmt.train.run import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 20  # the tiny corpus has 16 batches of 32: the run crosses an epoch boundary

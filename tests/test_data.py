@@ -5,7 +5,16 @@ import torch
 
 from attnmt.data.batching import collate, filter_by_length, make_batches
 from attnmt.data.corpus import read_lines, read_parallel
-from attnmt.data.vocab import BOS, EOS, PAD, UNK, SentencePieceTokenizer, WordTokenizer, load_tokenizer, map_pieces_to_words
+from attnmt.data.vocab import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    SentencePieceTokenizer,
+    WordTokenizer,
+    load_tokenizer,
+    map_pieces_to_words,
+)
 from attnmt.errors import UserError
 
 
@@ -132,7 +141,7 @@ def test_a_lowercase_run_reads_cased_input_through_its_tokenizers(tiny_corpus, t
     from attnmt.decode.translate import Translator
     from attnmt.eval.perplexity import encode_texts
     from attnmt.runs.loader import load_run
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     run_dir = tmp_path / "lower"
     run_training(str(tiny_corpus.config), str(run_dir),

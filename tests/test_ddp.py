@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from attnmt.runs.checkpoint import find_checkpoint, load_weights
-from attnmt.train.training import run_training
+from attnmt.train.run import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 8

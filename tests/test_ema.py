@@ -13,12 +13,13 @@ import torch
 from torch import nn
 
 from attnmt.cli.main import main
+from attnmt.config import load_config
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import EMA_FILE, find_checkpoint, load_weights
 from attnmt.runs.loader import load_run
 from attnmt.train.ema import EMA
-from attnmt.train.training import Trainer, run_training
-from attnmt.config import load_config
+from attnmt.train.run import run_training
+from attnmt.train.training import Trainer
 
 
 def _train(config, run: Path, overrides: list[str], resume: bool = False) -> dict:

@@ -38,7 +38,7 @@ def _write(path, lines):
 
 def _train(root, name: str, model: str, steps: int = 150):
     """A 2-layer Transformer trained for ``steps`` updates on the reverse task (a few seconds)."""
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     data = root / "data"
     if not data.exists():

@@ -17,7 +17,8 @@ from attnmt.decode.translate import Translator
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import find_checkpoint, load_trainer_state, load_weights
 from attnmt.runs.loader import Run, load_run
-from attnmt.train.training import Trainer, run_training
+from attnmt.train.run import run_training
+from attnmt.train.training import Trainer
 
 LINES = ["the red cat sees a dog", "a small girl has the old book", "the house wants a white flower"]
 

@@ -71,7 +71,7 @@ train: {{optimizer: adam, lr: 0.02, warmup: 1, epochs: 50, max_steps: 30, batch_
 
 
 def _train(config, run):
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     threads = torch.get_num_threads()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

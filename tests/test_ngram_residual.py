@@ -307,7 +307,7 @@ def _write_lm_corpus(d, rule, n, seed):
 
 
 def _train(config, run, overrides=()):
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     threads = torch.get_num_threads()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -331,8 +331,8 @@ ngram: {{path: train, order: 3, alpha: 0.5, anneal_steps: {k}}}
 
 def test_training_with_the_residual_end_to_end(tmp_path, capsys):
     from attnmt.cli.main import main
-    from attnmt.runs.loader import load_run
     from attnmt.runs.checkpoint import find_checkpoint, load_weights
+    from attnmt.runs.loader import load_run
 
     d = tmp_path / "data"
     (d / "b").mkdir(parents=True)

@@ -70,7 +70,7 @@ def test_api_per_sentence_matches_the_corpus_score(tiny_run, tiny_corpus, tmp_pa
 
 
 def test_per_sentence_for_a_language_model_without_src(tiny_corpus, tmp_path, capsys):
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     config = tmp_path / "lm.yaml"
     config.write_text(LM_CONFIG.format(d=tiny_corpus.directory))

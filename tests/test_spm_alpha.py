@@ -12,7 +12,7 @@ from attnmt.config import load_config
 from attnmt.data.batching import encode_corpus
 from attnmt.errors import UserError
 from attnmt.train.data import prepare_data, resample
-from attnmt.train.training import run_training
+from attnmt.train.run import run_training
 
 BPE = ["data.tokenizer=bpe", "data.src_vocab_size=60", "data.tgt_vocab_size=60", "data.max_len=100"]
 

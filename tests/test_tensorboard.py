@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attnmt.errors import UserError
+from attnmt.train.run import run_training
 from attnmt.train.tensorboard import summary_writer
-from attnmt.train.training import run_training
 
 TRANSFORMER = ["model.type=transformer", "model.layers=1", "model.hidden=16", "model.heads=2", "model.ff=32"]
 

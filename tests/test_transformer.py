@@ -180,7 +180,7 @@ def _write(path, lines):
 
 def test_train_translate_and_score_end_to_end(tmp_path, capsys):
     from attnmt.decode.translate import Translator
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     words = ["a", "b", "c", "d", "e", "f", "g", "h"]
     src, tgt = _reverse_data(200, V=12)
@@ -235,7 +235,7 @@ def test_train_translate_and_score_end_to_end(tmp_path, capsys):
 
 def test_lm_trains_end_to_end(tmp_path):
     from attnmt.eval.perplexity import perplexity_report
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     lines = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"] * 20
     _write(tmp_path / "train.txt", lines)

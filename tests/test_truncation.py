@@ -15,7 +15,7 @@ LIMIT = 8
 @pytest.fixture(scope="module")
 def location_run(tiny_corpus, tmp_path_factory):
     """A tiny global-location run that reads at most LIMIT source pieces (a few updates)."""
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     run_dir = tmp_path_factory.mktemp("location") / "run"
     threads = torch.get_num_threads()

@@ -15,7 +15,7 @@ from attnmt.config import load_config
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import find_checkpoint
 from attnmt.train import training
-from attnmt.train.training import run_training
+from attnmt.train.run import run_training
 from attnmt.train.validation import Tracker, better
 
 

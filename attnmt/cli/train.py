@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnmt.errors import UserError
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     if args.init_optimizer and not args.init_from:
         raise UserError("--init-optimizer needs --init-from RUN")

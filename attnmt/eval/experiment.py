@@ -155,13 +155,13 @@ def _finished(run: Path) -> bool:
 
 
 def train_row(s: Settings, row: Row) -> Path:
-    from attnmt.train.training import run_training
+    from attnmt.train.run import run_training
 
     run = s.out / "runs" / row.name
     cfg = row_config(s, row)
     resume = (run / "checkpoints" / "LAST").exists()
     if resume or _finished(run):
-        check_reuse(run, cfg)  # a resumed run keeps its saved config (train.run_training)
+        check_reuse(run, cfg)  # a resumed run keeps its saved config (train.run.run_training)
     if _finished(run):
         return run
     cfg_path = s.out / "configs" / f"{row.name}.yaml"
