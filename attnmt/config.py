@@ -29,6 +29,7 @@ import yaml
 
 from attnmt.errors import UserError, key_error
 from attnmt.files import SMALL_TEXT_BYTES, read_small_text
+from attnmt.strict_yaml import duplicate_key, key_lines, load_yaml
 
 
 @dataclass
@@ -365,88 +366,6 @@ def check_ngram(mode: str, alpha: float, anneal_steps: int, lam: float,
         fail("ngram.lam", f"(λ) must lie in [0, 1], got {lam}")
 
 
-class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` for configs: no anchors, aliases or merge keys (an alias bomb expands
-    exponentially, a recursive alias never ends, ``<<`` slips keys past the duplicate check), each
-    refused with the line it is on; a plain ``1e-3`` is a float as in YAML 1.2 (1.1 reads a
-    string), so a quoted "10" can stay a string and be refused where a number belongs."""
-
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise yaml.composer.ComposerError(
-                None, None, "anchors and aliases (&name, *name) are not allowed in a config", event.start_mark)
-        return super().compose_node(parent, index)
-
-    def flatten_mapping(self, node):
-        for key, _ in node.value:
-            if key.tag == "tag:yaml.org,2002:merge":
-                raise yaml.constructor.ConstructorError(
-                    None, None, "merge keys (<<) are not allowed in a config", key.start_mark)
-        super().flatten_mapping(node)
-
-    def construct_yaml_int(self, node):
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:  # Python refuses to convert over 4300 digits
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a number of {len(node.value)} digits is too large", node.start_mark) from None
-
-
-StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
-
-
-def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def _key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Map each (section, key) path of a YAML mapping to its 1-based line number."""
-    lines: dict[tuple[str, ...], int] = {}
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                sub = path + (str(key.value),)
-                lines[sub] = key.start_mark.line + 1
-                walk(value, sub)
-
-    try:
-        root = yaml.compose(text, Loader=StrictLoader)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
-def _duplicate_key(text: str) -> tuple[str, int] | None:
-    """The first key that a mapping of the YAML text repeats (safe_load silently keeps the last),
-    as (dotted path, 1-based line)."""
-
-    def walk(node: yaml.Node, path: tuple[str, ...]) -> tuple[str, int] | None:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[str] = set()
-            for key, value in node.value:
-                name = str(key.value)
-                if name in seen:
-                    return ".".join(path + (name,)), key.start_mark.line + 1
-                seen.add(name)
-                found = walk(value, path + (name,))
-                if found:
-                    return found
-        return None
-
-    try:
-        root = yaml.compose(text, Loader=StrictLoader)
-    except yaml.YAMLError:
-        return None
-    return walk(root, ()) if root is not None else None
-
-
 def _coerce(value: Any, typ: Any, where: str, path: str | None, line: int | None) -> Any:
     """``value`` as ``typ``. Only an int becomes a float and a number a string: a quoted "10" for
     an int key is an error, not 10 (the quotes say it is text; ``--set key=10`` is a number)."""
@@ -514,7 +433,7 @@ def _model_section(body: dict, path: str | None, lines: dict[tuple[str, ...], in
 def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[str] | None = None) -> Config:
     """A Config from a parsed YAML mapping. ``explicit``: the section.key names the user set (for
     the preset check; default: every key in ``raw``)."""
-    lines = _key_lines(text) if text else {}
+    lines = key_lines(text) if text else {}
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -560,16 +479,16 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
         raise UserError("the config path is empty")
     text = read_small_text(path, SMALL_TEXT_BYTES, "YAML config file")  # no FIFO, no /dev/zero
     try:
-        raw = _load_yaml(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or "malformed YAML"
         raise UserError(f"malformed YAML: {problem}", path, mark.line + 1 if mark else None) from None
-    duplicate = _duplicate_key(text)
+    duplicate = duplicate_key(text)
     if duplicate is not None:
         raise UserError(f"duplicate key {duplicate[0]} (only one value may be given)", path, duplicate[1])
     cfg = apply_overrides(from_dict(raw, path, text), overrides or [])
-    lines = _key_lines(text)
+    lines = key_lines(text)
     overridden = {item.partition("=")[0].strip() for item in overrides or []}
 
     def where(key: str) -> tuple[str | None, int | None]:
@@ -594,7 +513,7 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
         if not isinstance(raw.setdefault(section, {}), dict):
             raise UserError(f"--set {item}: unknown section {section!r}")
         try:
-            raw[section][name] = _load_yaml(value) if value.strip() else ""
+            raw[section][name] = load_yaml(value) if value.strip() else ""
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or "malformed YAML"
             raise UserError(f"--set {key.strip()}: malformed YAML value {value!r} ({problem})") from None

@@ -1,5 +1,5 @@
 """The malformed-input zoo, hostile YAML: configs (and --set values) that explode, recurse, smuggle keys
-or pass text for numbers. Each is refused by config.StrictLoader or the bounds within a time limit,
+or pass text for numbers. Each is refused by strict_yaml.StrictLoader or the bounds within a time limit,
 with exit status 2 and one line naming file:line (or --set) and the key. The runner is
 tests/bad_input_zoo.py."""
 
