@@ -142,6 +142,10 @@ def test_shared_memory_selects_as_the_repeated_memory():
     fresh = kv_cache.SharedKeys(picked.cross[0].keys, picked.mask)
     assert all(torch.equal(a, b) for a, b in zip(picked.cross[0].low(), fresh.low()))
     assert torch.equal(picked.cross[0].low()[0], low[0][1:2])
+    # a variant's keys, laid out once: the same values, Kᵀ contiguous for q Kᵀ, V contiguous
+    laid = picked.cross[0].laid_out()
+    assert all(torch.equal(laid[n], picked.cross[0].keys[n]) for n in laid)
+    assert laid["k"].transpose(2, 3).is_contiguous() and laid["v"].is_contiguous()
 
 
 def test_buffered_search_with_alignments_equals_the_definition():

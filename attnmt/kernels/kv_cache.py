@@ -255,6 +255,7 @@ class SharedKeys:
         self.keys, self.mask, self.rows = keys, mask, rows
         self._repeated: tuple[dict, torch.Tensor] | None = None
         self._low = low  # ``low()``'s, when a selection of the memory it was made for passes it on
+        self._laid_out: dict[str, torch.Tensor] | None = None
         self._bias = [None] if bias is None else bias  # shared by the layers of one memory
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
@@ -272,6 +273,15 @@ class SharedKeys:
             self._low = (self.keys["k"].transpose(2, 3).contiguous().to(torch.bfloat16),
                          self.keys["v"].contiguous().to(torch.bfloat16))
         return self._low
+
+    def laid_out(self) -> dict[str, torch.Tensor]:
+        """The keys as a variant's products read them at every step, laid out once per memory:
+        the keys multiplied transposed (``k``, ``lk``: q Kᵀ) stored as contiguous Kᵀ, the others
+        contiguous (torch's batched product copies a strided operand at every call)."""
+        if self._laid_out is None:
+            self._laid_out = {n: t.transpose(2, 3).contiguous().transpose(2, 3) if n in ("k", "lk")
+                              else t.contiguous() for n, t in self.keys.items()}
+        return self._laid_out
 
     def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """(keys, mask) with every entry repeated ``rows`` times: the definition's memory."""
@@ -292,7 +302,7 @@ class SharedKeys:
             # without a causal mask each query is attended on its own: an entry's rows, as one
             # block of queries against its keys, are the definition's rows over repeated keys
             E, D = x.size(0) // self.rows, x.size(2)
-            out, _ = attn(x.view(E, self.rows, D), self.keys, self.mask, False, 0, False, None)
+            out, _ = attn(x.view(E, self.rows, D), self.laid_out(), self.mask, False, 0, False, None)
             return out.view(E * self.rows, 1, D), None
         q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
