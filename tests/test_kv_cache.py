@@ -73,7 +73,7 @@ def test_buffered_lm_search_equals_the_definition():
     _same(*_both(model, beam_search, src, lengths, 3, max_len_ratio=1.0, max_len_extra=3))
 
 
-@pytest.mark.parametrize("one_query,low", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("one_query,low", [(False, False), (True, False), (True, True), (False, True)])
 def test_state_reorders_drops_rows_and_grows_as_concatenation(one_query, low):
     """Every layout holds the concatenated keys (the bfloat16 one: rounded to bfloat16)."""
     torch.manual_seed(0)
@@ -82,7 +82,8 @@ def test_state_reorders_drops_rows_and_grows_as_concatenation(one_query, low):
     for t in range(kv_cache.FIRST_CAP + 5):  # past the first capacity: the buffers grow
         new = {"k": torch.randn(6, 2, 1, 3), "v": torch.randn(6, 2, 1, 3)}
         keys, state = state.extend(new, one_query, low)
-        assert state.one_query == one_query and (keys is None) == one_query
+        # low without one_query (a variant's bfloat16 search): the bfloat16 layout, keys returned
+        assert state.one_query == (one_query or low) and (keys is None) == one_query
         assert state.layout == ("low" if low else "time" if one_query else "heads")
         keys = state.keys()
         cat = new if cat is None else {n: torch.cat([cat[n], new[n]], 2) for n in new}
@@ -193,7 +194,7 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
             torch.testing.assert_close(kv_cache.one_query_attention(attn, q, low), want, atol=3e-2, rtol=3e-2)
             index = torch.randint(0, 6, (6,))
             state, cat, low = state.select(index), select_batch(cat, index), low.select(index)
-    for variant, fast in (("standard", True), ("window-add", False)):
+    for variant, fast in (("standard", True), ("window-add", False), ("relative", False)):
         model = _model(dec_self_attention=variant)
         src, lengths = _source(2)
         with torch.no_grad():
@@ -206,7 +207,8 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
                 lin.bf16_search = True
         with torch.no_grad():
             _, state, _ = model.step(prefix, model.init_state(enc), enc)
-        assert all(s.layout == ("low" if fast else "heads") for s in state["layers"])
+        plain_keys = variant != "window-add"  # its cache holds K_L too: the definition's layout
+        assert all(s.layout == ("low" if plain_keys else "heads") for s in state["layers"])
 
 
 def test_cross_attention_of_a_bf16_search_is_the_definition_up_to_rounding():

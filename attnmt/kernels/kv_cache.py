@@ -148,7 +148,10 @@ class KVBuffer:
         ``one_query``: the caller attends with ``one_query_attention`` when it can. Buffers made
         by this call then take one of its layouts (plain ``k``, ``v`` keys only): bfloat16 with
         ``low`` (a bfloat16 search), else float32 time-major; and the keys returned are None
-        when the state has it (``state.one_query``). Buffers keep the layout they were made
+        when the state has it (``state.one_query``). ``low`` without ``one_query`` (a variant's
+        search step whose keys are plain K and V, e.g. relative positions): the bfloat16 layout
+        too, its keys returned as float32 copies (half the bytes to reorder; the attention reads
+        contiguous copies instead of strided views). Buffers keep the layout they were made
         with."""
         first = next(iter(new.values()))
         rows, end = first.size(0), self.length + first.size(2)
@@ -158,7 +161,7 @@ class KVBuffer:
         if b is None or b.generation != self.generation or not b.fits(new, rows, end):
             if b is not None:
                 layout = b.layout
-            elif one_query and new.keys() == {"k", "v"}:
+            elif new.keys() == {"k", "v"} and (low or one_query):
                 layout = "low" if low else "time"
             else:
                 layout = "heads"
