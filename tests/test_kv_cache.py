@@ -211,6 +211,27 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
         assert all(s.layout == ("low" if plain_keys else "heads") for s in state["layers"])
 
 
+@pytest.mark.parametrize("variant", ["window-add-seg", "window-mul"])
+def test_a_variants_cross_attention_in_a_bf16_search_is_the_definition_up_to_rounding(variant):
+    """SharedKeys.attend of a variant in a bfloat16 search: its products of bfloat16 keys laid out
+    once (``laid_out(low=True)``) under bf16 products, the definition over repeated float32 keys
+    up to bfloat16's rounding."""
+    torch.manual_seed(0)
+    attn = _model(cross_attention=variant).decoder.layers[0].cross_attn
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    x = torch.randn(12, 1, 16)
+    with torch.no_grad():
+        shared = kv_cache.SharedKeys(attn.project_keys(torch.randn(3, 5, 16)), mask, rows=4)
+        want, _ = attn(x, *shared.repeated(), False, 0, False, None)
+        for lin in attn.modules():
+            if hasattr(lin, "bf16_search"):
+                lin.bf16_search = True
+        got, _ = shared.attend(attn, x, False, None)
+    assert shared._laid_out is not None and shared._laid_out[0]  # the bfloat16 keys were used
+    assert all(t.dtype == torch.bfloat16 for t in shared._laid_out[1].values())
+    torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+
+
 def test_cross_attention_of_a_bf16_search_is_the_definition_up_to_rounding():
     """SharedKeys.attend in a bfloat16 search (its products of bfloat16 operands, the keys made
     contiguous once): the definition over the repeated keys, up to bfloat16's rounding."""

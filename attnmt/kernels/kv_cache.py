@@ -33,6 +33,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from attnmt.kernels import packed
 from attnmt.kernels.attention_dropout import mask_bias
 from attnmt.kernels.dispatch import Kernel
 
@@ -258,7 +259,7 @@ class SharedKeys:
         self.keys, self.mask, self.rows = keys, mask, rows
         self._repeated: tuple[dict, torch.Tensor] | None = None
         self._low = low  # ``low()``'s, when a selection of the memory it was made for passes it on
-        self._laid_out: dict[str, torch.Tensor] | None = None
+        self._laid_out: tuple[bool, dict[str, torch.Tensor]] | None = None
         self._bias = [None] if bias is None else bias  # shared by the layers of one memory
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
@@ -277,14 +278,19 @@ class SharedKeys:
                          self.keys["v"].contiguous().to(torch.bfloat16))
         return self._low
 
-    def laid_out(self) -> dict[str, torch.Tensor]:
+    def laid_out(self, low: bool = False) -> dict[str, torch.Tensor]:
         """The keys as a variant's products read them at every step, laid out once per memory:
         the keys multiplied transposed (``k``, ``lk``: q Kᵀ) stored as contiguous Kᵀ, the others
-        contiguous (torch's batched product copies a strided operand at every call)."""
-        if self._laid_out is None:
-            self._laid_out = {n: t.transpose(2, 3).contiguous().transpose(2, 3) if n in ("k", "lk")
-                              else t.contiguous() for n, t in self.keys.items()}
-        return self._laid_out
+        contiguous (torch's batched product copies a strided operand at every call); ``low``: in
+        bfloat16, for a bfloat16 search's products (``packed.bf16_products``), rounded once
+        instead of at every step."""
+        if self._laid_out is None or self._laid_out[0] != low:
+            def lay(name: str, t: torch.Tensor) -> torch.Tensor:
+                t = t.transpose(2, 3).contiguous().transpose(2, 3) if name in ("k", "lk") else t.contiguous()
+                return t.to(torch.bfloat16) if low else t
+
+            self._laid_out = (low, {n: lay(n, t) for n, t in self.keys.items()})
+        return self._laid_out[1]
 
     def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """(keys, mask) with every entry repeated ``rows`` times: the definition's memory."""
@@ -305,7 +311,9 @@ class SharedKeys:
             # without a causal mask each query is attended on its own: an entry's rows, as one
             # block of queries against its keys, are the definition's rows over repeated keys
             E, D = x.size(0) // self.rows, x.size(2)
-            out, _ = attn(x.view(E, self.rows, D), self.laid_out(), self.mask, False, 0, False, None)
+            low = bool(getattr(attn.q, "bf16_search", False)) and x.device.type == "cpu"
+            with packed.bf16_products(low):  # a bfloat16 search: the variant's products too
+                out, _ = attn(x.view(E, self.rows, D), self.laid_out(low), self.mask, False, 0, False, None)
             return out.view(E * self.rows, 1, D), None
         q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
