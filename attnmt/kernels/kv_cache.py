@@ -206,6 +206,12 @@ class KVBuffer:
         return self.select(index.repeat_interleave(k))
 
 
+def bf16_search_on(attn, x: torch.Tensor) -> bool:
+    """Whether attention ``attn`` runs in a bfloat16 search on the CPU (its maps' ``bf16_search``,
+    set by ``attnmt translate``'s precision), for input ``x``."""
+    return bool(getattr(attn.q, "bf16_search", False)) and x.device.type == "cpu"
+
+
 def _plain_scores(attn) -> tuple[bool, str]:
     """Whether the attention's scores are plain q·k/√d (the one-query kernel's), and why not."""
     return not attn.use_variant, f"the {attn.variant} variant changes the scores"
@@ -311,14 +317,14 @@ class SharedKeys:
             # without a causal mask each query is attended on its own: an entry's rows, as one
             # block of queries against its keys, are the definition's rows over repeated keys
             E, D = x.size(0) // self.rows, x.size(2)
-            low = bool(getattr(attn.q, "bf16_search", False)) and x.device.type == "cpu"
+            low = bf16_search_on(attn, x)
             with packed.bf16_products(low):  # a bfloat16 search: the variant's products too
                 out, _ = attn(x.view(E, self.rows, D), self.laid_out(low), self.mask, False, 0, False, None)
             return out.view(E * self.rows, 1, D), None
         q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
         q = q.view(E, self.rows, H, d).transpose(1, 2)  # (E, H, rows, d_h): an entry's rows as queries
-        if getattr(attn.q, "bf16_search", False) and q.device.type == "cpu":
+        if bf16_search_on(attn, q):
             # a bfloat16 search: the scores and context as its other products, of bfloat16
             # operands (~0.6x SDPA's float32 time at 64 sentences × 5 rows, 40 keys)
             k_t, v = self.low()

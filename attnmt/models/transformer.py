@@ -48,6 +48,7 @@ from attnmt.kernels.kv_cache import (
     KVBuffer,
     SharedKeys,
     SharedMemory,
+    bf16_search_on,
     buffers,
     one_query_applies,
     one_query_attention,
@@ -173,8 +174,7 @@ class Layer(nn.Module):
             queries, keys, given = self.self_attn.project_self(h)  # Q, K, V (and more) in one product
             if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
                 fast, _ = one_query_applies(self.self_attn, h, mask, self_int)
-                low = (getattr(self.self_attn.q, "bf16_search", False)  # a bfloat16 search step
-                       and h.size(1) == 1 and h.device.type == "cpu" and not torch.is_grad_enabled())
+                low = bf16_search_on(self.self_attn, h) and h.size(1) == 1 and not torch.is_grad_enabled()
                 keys, state[0] = cache.extend(keys, one_query=fast, low=low)
                 if keys is None:  # buffered for, and attended by, the one-query kernel
                     return one_query_attention(self.self_attn, queries, state[0]), None
