@@ -10,6 +10,8 @@ import torch
 from attnmt.config import Config, ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.decode.search import beam_search, greedy_search
+from attnmt.attention.variant import Variant
+from attnmt.attention.window import Window
 from attnmt.kernels import kv_cache
 from attnmt.models import build_model
 from attnmt.models.common import repeat_rows, select_batch
@@ -144,9 +146,15 @@ def test_shared_memory_selects_as_the_repeated_memory():
     assert all(torch.equal(a, b) for a, b in zip(picked.cross[0].low(), fresh.low()))
     assert torch.equal(picked.cross[0].low()[0], low[0][1:2])
     # a variant's keys, laid out once: the same values, Kᵀ contiguous for q Kᵀ, V contiguous
-    laid = picked.cross[0].laid_out()
+    laid = picked.cross[0].laid_out(Variant())
     assert all(torch.equal(laid[n], picked.cross[0].keys[n]) for n in laid)
     assert laid["k"].transpose(2, 3).is_contiguous() and laid["v"].is_contiguous()
+    # a window's: K_L as K; the input pointers' keys with each side's (d_h, S) block contiguous
+    keys = {"lk": torch.randn(3, 2, 5, 4), "pk": torch.randn(3, 2, 5, 8)}
+    laid = kv_cache.SharedKeys(keys, mask).laid_out(Window("window-add"))
+    assert all(torch.equal(laid[n], keys[n]) for n in keys)
+    assert laid["lk"].transpose(2, 3).is_contiguous()
+    assert laid["pk"].view(3, 2, 5, 2, 4).permute(0, 1, 3, 4, 2).is_contiguous()
 
 
 def test_buffered_search_with_alignments_equals_the_definition():
@@ -211,13 +219,15 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
         assert all(s.layout == ("low" if plain_keys else "heads") for s in state["layers"])
 
 
-@pytest.mark.parametrize("variant", ["window-add-seg", "window-mul"])
-def test_a_variants_cross_attention_in_a_bf16_search_is_the_definition_up_to_rounding(variant):
+@pytest.mark.parametrize("variant, options", [
+    ("window-add-seg", {}), ("window-mul", {}),
+    ("window-add-seg", {"window_pointers": "input", "window_mask": "sum", "window_segment": 5})])
+def test_a_variants_cross_attention_in_a_bf16_search_is_the_definition_up_to_rounding(variant, options):
     """SharedKeys.attend of a variant in a bfloat16 search: its products of bfloat16 keys laid out
     once (``laid_out(low=True)``) under bf16 products, the definition over repeated float32 keys
     up to bfloat16's rounding."""
     torch.manual_seed(0)
-    attn = _model(cross_attention=variant).decoder.layers[0].cross_attn
+    attn = _model(cross_attention=variant, **options).decoder.layers[0].cross_attn
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]], dtype=torch.bool)
     x = torch.randn(12, 1, 16)
     with torch.no_grad():

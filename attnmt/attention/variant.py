@@ -19,7 +19,8 @@ in the same product as W_q, W_k, W_v (cross-attention: ``project_keys`` with W_k
 the map's name (``mapped``), and compute it themselves where no product made it. A variant
 also declares ``self_only`` (it needs query and key positions of one sequence) and
 ``reads_query_positions`` (its bias uses ``q_pos``; else a search may attend a sentence's beam rows
-as one block of queries, kernels/kv_cache.SharedKeys), and checks its
+as one block of queries, kernels/kv_cache.SharedKeys, whose keys ``key_layout`` lays out as the
+variant's products read them), and checks its
 options in ``check`` (called by config validation with the attention kind it was chosen for and a ``fail(key, message)``).
 ``attnmt/attention/multihead.py`` lists the variants; see ARCHITECTURE.md for adding one.
 """
@@ -65,6 +66,15 @@ class Variant:
     def keys(self, attn: nn.Module, x: torch.Tensor, given: dict[str, torch.Tensor] | None = None
              ) -> dict[str, torch.Tensor]:
         return {}
+
+    def key_layout(self, name: str, key: torch.Tensor) -> torch.Tensor:
+        """Cached key ``name`` (B, H, S, ·) laid out as this variant's step reads it (a search's
+        cross-attention memory, once per batch: kernels/kv_cache.SharedKeys.laid_out): the same
+        values, in strides its products read without a copy. Default: K stored as a contiguous
+        Kᵀ (q Kᵀ), the others contiguous."""
+        if name == "k":
+            return key.transpose(2, 3).contiguous().transpose(2, 3)
+        return key.contiguous()
 
     def bias(self, attn, q: torch.Tensor, n_keys: int, allowed: torch.Tensor, q_pos: torch.Tensor,
              ctx: dict) -> torch.Tensor | None:

@@ -284,18 +284,15 @@ class SharedKeys:
                          self.keys["v"].contiguous().to(torch.bfloat16))
         return self._low
 
-    def laid_out(self, low: bool = False) -> dict[str, torch.Tensor]:
-        """The keys as a variant's products read them at every step, laid out once per memory:
-        the keys multiplied transposed (``k``, ``lk``: q Kᵀ) stored as contiguous Kᵀ, the others
-        contiguous (torch's batched product copies a strided operand at every call); ``low``: in
+    def laid_out(self, unit, low: bool = False) -> dict[str, torch.Tensor]:
+        """The keys as the variant ``unit``'s products read them at every step, laid out once
+        per memory (``unit.key_layout``: the same values, strides its products read without the
+        copy torch's batched product makes of a strided operand at every call); ``low``: in
         bfloat16, for a bfloat16 search's products (``packed.bf16_products``), rounded once
         instead of at every step."""
         if self._laid_out is None or self._laid_out[0] != low:
-            def lay(name: str, t: torch.Tensor) -> torch.Tensor:
-                t = t.transpose(2, 3).contiguous().transpose(2, 3) if name in ("k", "lk") else t.contiguous()
-                return t.to(torch.bfloat16) if low else t
-
-            self._laid_out = (low, {n: lay(n, t) for n, t in self.keys.items()})
+            self._laid_out = (low, {n: unit.key_layout(n, t.to(torch.bfloat16) if low else t)
+                                    for n, t in self.keys.items()})
         return self._laid_out[1]
 
     def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -319,7 +316,7 @@ class SharedKeys:
             E, D = x.size(0) // self.rows, x.size(2)
             low = bf16_search_on(attn, x)
             with packed.bf16_products(low):  # a bfloat16 search: the variant's products too
-                out, _ = attn(x.view(E, self.rows, D), self.laid_out(low), self.mask, False, 0, False, None)
+                out, _ = attn(x.view(E, self.rows, D), self.laid_out(attn.unit, low), self.mask, False, 0, False, None)
             return out.view(E * self.rows, 1, D), None
         q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
