@@ -219,6 +219,30 @@ def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only
         assert all(s.layout == ("low" if plain_keys else "heads") for s in state["layers"])
 
 
+@pytest.mark.parametrize("variant", ["relative", "localness", "window-mul"])
+def test_a_variants_self_attention_in_a_bf16_search_reads_its_bf16_keys(variant):
+    """A decoder self-attention variant whose cache is plain K and V, in a bfloat16 search: its
+    products read the bfloat16 buffers as they are, over their whole capacity (no float32 copy
+    of the cache per step; the positions past t causally masked): the definition over
+    concatenated float32 keys up to bfloat16's rounding, step after step, reorders included."""
+    torch.manual_seed(0)
+    layer = _model(task="lm", dec_self_attention=variant).decoder.layers[0].eval()
+    for lin in layer.modules():
+        if hasattr(lin, "bf16_search"):
+            lin.bf16_search = True
+    state, cat = kv_cache.KVBuffer(), {}
+    with torch.no_grad():
+        for t in range(kv_cache.LOW_STEP + 3):
+            x = torch.randn(6, 1, 16)
+            got, _, state = layer(x, None, True, state, t)
+            want, _, cat = layer(x, None, True, cat, t)
+            assert state.layout == "low" and all(k.dtype == torch.bfloat16 and k.is_contiguous()
+                                                 for k in state.low_keys().values())
+            torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
+            index = torch.randint(0, 6, (6,))
+            state, cat = state.select(index), select_batch(cat, index)
+
+
 @pytest.mark.parametrize("variant, options", [
     ("window-add-seg", {}), ("window-mul", {}),
     ("window-add-seg", {"window_pointers": "input", "window_mask": "sum", "window_segment": 5})])

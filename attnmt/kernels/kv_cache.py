@@ -142,6 +142,13 @@ class KVBuffer:
             return {n: v.float() for n, v in views.items()}
         return views
 
+    def low_keys(self) -> dict[str, torch.Tensor]:
+        """The bfloat16 layout's keys as they are, (rows, H, T_cap, d) over the whole capacity:
+        contiguous bfloat16 operands for a search step's products (``packed.bf16_products``;
+        torch's bfloat16 batched product copies a strided one), the positions past the length
+        finite and hidden by the step's causal mask (its query sits at length − 1)."""
+        return {n: t[: self.rows] for n, t in self.buffers.tensors.items()}
+
     def extend(self, new: dict[str, torch.Tensor], one_query: bool = False, low: bool = False
                ) -> tuple[dict[str, torch.Tensor] | None, KVBuffer]:
         """(cat of the cache and ``new`` (rows, H, T, ·) on the time axis, the state holding it).
@@ -151,9 +158,9 @@ class KVBuffer:
         ``low`` (a bfloat16 search), else float32 time-major; and the keys returned are None
         when the state has it (``state.one_query``). ``low`` without ``one_query`` (a variant's
         search step whose keys are plain K and V, e.g. relative positions): the bfloat16 layout
-        too, its keys returned as float32 copies (half the bytes to reorder; the attention reads
-        contiguous copies instead of strided views). Buffers keep the layout they were made
-        with."""
+        too, its keys returned as ``low_keys`` (half the bytes to reorder, none to convert: the
+        caller runs the variant's products under ``packed.bf16_products``, causally masked).
+        Buffers keep the layout they were made with."""
         first = next(iter(new.values()))
         rows, end = first.size(0), self.length + first.size(2)
         b = self.buffers
@@ -180,7 +187,9 @@ class KVBuffer:
         for n, k in new.items():
             b.write(n, rows, self.length, k)
         state = KVBuffer(b, rows, end)
-        return (None if b.one_query and one_query else state.keys()), state
+        if b.one_query and one_query:
+            return None, state
+        return (state.low_keys() if b.layout == "low" and low else state.keys()), state
 
     def select(self, index: torch.Tensor) -> KVBuffer:
         """The cache of rows ``index``: as ``index_select(0, index)`` of every key."""

@@ -53,7 +53,7 @@ from attnmt.kernels.kv_cache import (
     one_query_applies,
     one_query_attention,
 )
-from attnmt.kernels.packed import PackedLinear, relu_chain
+from attnmt.kernels.packed import PackedLinear, bf16_products, relu_chain
 from attnmt.models.common import lengths_to_mask
 
 
@@ -178,6 +178,11 @@ class Layer(nn.Module):
                 keys, state[0] = cache.extend(keys, one_query=fast, low=low)
                 if keys is None:  # buffered for, and attended by, the one-query kernel
                     return one_query_attention(self.self_attn, queries, state[0]), None
+                if state[0].layout == "low" and low:  # a variant's keys, bfloat16 over the capacity
+                    if causal and mask is None:  # those past t causally masked; its products in bf16
+                        with bf16_products():
+                            return self.self_attn(h, keys, None, True, offset, False, self_int, queries, given)
+                    keys = state[0].keys()
             else:
                 if cache:
                     keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
