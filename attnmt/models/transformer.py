@@ -179,7 +179,7 @@ class Layer(nn.Module):
                 if keys is None:  # buffered for, and attended by, the one-query kernel
                     return one_query_attention(self.self_attn, queries, state[0]), None
                 if state[0].layout == "low" and low:  # a variant's keys, bfloat16 over the capacity
-                    if causal and mask is None:  # those past t causally masked; its products in bf16
+                    if causal and mask is None and self_int is None:  # past t causally masked; bf16 products
                         with bf16_products():
                             return self.self_attn(h, keys, None, True, offset, False, self_int, queries, given)
                     keys = state[0].keys()
