@@ -170,11 +170,11 @@ class MultiHeadAttention(nn.Module):
             allowed = torch.ones(1, 1, 1, S, dtype=torch.bool, device=q.device)
         unit = self.unit if self.use_variant else _STANDARD
         ctx: dict = {}
-        scores = packed.matmul(q, k.transpose(-1, -2)) * self.scale  # (B, H, T, S)
+        scores = unit.scores(self, q, keys, ctx)  # (B, H, T, S)
         bias = unit.bias(self, q, S, allowed, q_pos, ctx)
         if bias is not None:
             scores = scores + bias
-        attn = unit.weights(self, scores, q, x, keys, allowed, internals, given)
+        attn = unit.weights(self, scores, q, x, keys, allowed, internals, given, ctx)
         if internals is not None:
             internals["attn"] = attn
         dropped = dropout_kernel.dropout(attn, drop, self.training) if drop > 0 else attn

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from attnmt.errors import key_error
+from attnmt.kernels import packed
 from attnmt.kernels.attention_dropout import mask_bias
 
 
@@ -76,13 +77,17 @@ class Variant:
             return key.transpose(2, 3).contiguous().transpose(2, 3)
         return key.contiguous()
 
+    def scores(self, attn, q: torch.Tensor, keys: dict[str, torch.Tensor], ctx: dict) -> torch.Tensor:
+        """QKᵀ/√d (B, H, T, S) from q (B, H, T, d_h) and the cached keys."""
+        return packed.matmul(q, keys["k"].transpose(-1, -2)) * attn.scale
+
     def bias(self, attn, q: torch.Tensor, n_keys: int, allowed: torch.Tensor, q_pos: torch.Tensor,
              ctx: dict) -> torch.Tensor | None:
         return None
 
     def weights(self, attn, scores: torch.Tensor, q: torch.Tensor, x: torch.Tensor,
                 keys: dict[str, torch.Tensor], allowed: torch.Tensor, internals: dict | None,
-                given: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+                given: dict[str, torch.Tensor] | None = None, ctx: dict | None = None) -> torch.Tensor:
         return torch.softmax(masked(scores, allowed), dim=-1)
 
     def values(self, attn, weights: torch.Tensor, ctx: dict) -> torch.Tensor | None:

@@ -107,11 +107,18 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
+def operand(x: torch.Tensor) -> torch.Tensor:
+    """x as a product's operand: its bfloat16 rounding while bf16 products are on (for a float32
+    CPU tensor), else x. Lets a caller round once what it stacks into one operand; ``matmul``
+    takes it and returns float32."""
+    return x.to(torch.bfloat16) if _rounds(x) else x
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b (batched: attention's scores and contexts) with autograd; with bf16 products on, of
     their bfloat16 roundings (their gradients too), float32 result: on AVX-512 BF16 2-3x the
     float32 rate at attention's shapes (272 × 29 × 64 by 64 × 29: 0.23 against 0.69 ms)."""
-    if _rounds(a):
+    if _rounds(a) or (_bf16 and a.dtype == torch.bfloat16 and a.device.type == "cpu"):
         return torch.matmul(a.to(torch.bfloat16), b.to(torch.bfloat16)).float()
     return a @ b
 
