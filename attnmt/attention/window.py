@@ -222,9 +222,10 @@ def _mask_terms(p: torch.Tensor, mask: str):
     return m, (up, down, forward, backward)
 
 
-def _mask_backward(grad: torch.Tensor, p: torch.Tensor, mask: str) -> torch.Tensor:
-    """The gradient wrt P (…, 2, T, n) of the token-level mask, given the gradient wrt M (…, T, n)."""
-    m, (up, down, fw, bw) = _mask_terms(p, mask)
+def _mask_backward(grad: torch.Tensor, p: torch.Tensor, mask: str, terms: tuple | None = None) -> torch.Tensor:
+    """The gradient wrt P (…, 2, T, n) of the token-level mask, given the gradient wrt M (…, T, n);
+    ``terms``: ``_mask_terms(p, mask)`` where the forward kept them."""
+    m, (up, down, fw, bw) = terms or _mask_terms(p, mask)
     if mask != "sum":  # clamp's gradient: zero where the clamp was active
         grad = grad * ((m >= 0) & (m <= 1)).to(grad.dtype)
     if mask == "union":  # d M / d M_fw = 1 − M_bw, d M / d M_bw = 1 − M_fw
@@ -241,29 +242,31 @@ def _mask_backward(grad: torch.Tensor, p: torch.Tensor, mask: str) -> torch.Tens
 
 
 class _SoftWindowMask(torch.autograd.Function):
-    """M from P = [φ̂_l; φ̂_r] saving only P (which the pointer softmax keeps anyway): the
-    cumulative sums are recomputed in backward instead of holding ~6 extra (B, H, T, S) tensors."""
+    """M from φ̂ = [φ̂_l; φ̂_r]. Token masks save only φ̂ (which the pointer softmax keeps anyway)
+    and recompute the cumulative sums in backward instead of holding ~6 extra (B, H, 2, T, S)
+    tensors; segment masks keep their terms, b times smaller than φ̂."""
 
     @staticmethod
     def forward(ctx, phi, segment: int, mask: str):
-        ctx.save_for_backward(phi)
-        ctx.segment, ctx.mask, n = segment, mask, phi.size(-1)
+        ctx.segment, ctx.mask, ctx.n = segment, mask, phi.size(-1)
         p = segment_mass(phi, segment) if segment > 1 else phi
-        m, _ = _mask_terms(p, mask)
+        m, terms = _mask_terms(p, mask)
+        if segment > 1:
+            ctx.save_for_backward(p, m, *terms)
+        else:
+            ctx.save_for_backward(phi)
         if mask != "sum":
             m = m.clamp(0.0, 1.0)  # only rounding can leave [0, 1]
-        return expand_segments(m, segment, n) if segment > 1 else m
+        return expand_segments(m, segment, ctx.n) if segment > 1 else m
 
     @staticmethod
     def backward(ctx, grad):
-        (phi,) = ctx.saved_tensors
-        segment, n = ctx.segment, phi.size(-1)
-        if segment > 1:  # a segment's keys share one value: its gradient is their sum
-            phi, grad = segment_mass(phi, segment), segment_mass(grad, segment)
-        d_phi = _mask_backward(grad, phi, ctx.mask)
-        if segment > 1:  # every key of a segment adds to its mass alike
-            d_phi = expand_segments(d_phi, segment, n)
-        return d_phi, None, None
+        p, *kept = ctx.saved_tensors
+        if ctx.segment > 1:  # a segment's keys share one value: its gradient is their sum
+            grad = segment_mass(grad, ctx.segment)
+            d_p = _mask_backward(grad, p, ctx.mask, (kept[0], tuple(kept[1:])))
+            return expand_segments(d_p, ctx.segment, ctx.n), None, None  # each key of a segment alike
+        return _mask_backward(grad, p, ctx.mask), None, None
 
 
 def window_mask(phi: torch.Tensor, segment: int = 0, mask: str = "exact") -> torch.Tensor:
