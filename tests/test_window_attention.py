@@ -157,7 +157,9 @@ def test_gradients_reach_the_pointer_projections(variant):
         assert att.local_q.weight.grad.abs().sum() > 0
 
 
-def test_multiplicative_window_with_a_full_span_is_standard_attention_bit_for_bit(monkeypatch):
+def test_multiplicative_window_with_a_full_span_is_standard_attention(monkeypatch):
+    # Equal to float32 rounding, not bit for bit: the window's scores come out of one product with
+    # its pointers' scores (3T rows of q), and a BLAS may block 3T rows differently from T (AMX does).
     torch.manual_seed(0)
     att = _attention("window-mul")
     x = torch.randn(2, 6, 16)
@@ -178,7 +180,8 @@ def test_multiplicative_window_with_a_full_span_is_standard_attention_bit_for_bi
 
     monkeypatch.setattr(att.pointers, "forward", full_span)
     _, windowed = att(x, keys, mask, need_weights=True)
-    assert torch.equal(windowed, plain)
+    torch.testing.assert_close(windowed, plain, rtol=1e-6, atol=1e-7)
+    assert torch.equal(windowed == 0, plain == 0)  # the padding's columns exactly zero in both
 
 
 @pytest.mark.parametrize("variant", WINDOWS + ("relative", "localness"))
