@@ -1,17 +1,20 @@
 """The interface of a Transformer attention variant, and the standard attention it defaults to.
 
 Multi-head attention computes, per head, A = weights(QKᵀ/√d + B) and out = A V + extra. A variant
-is one small class that says how it changes that, in up to five places (each a method whose
+is one small class that says how it changes that, in up to six places (each a method whose
 default leaves attention as it is):
 
     build(attn)                        add its parameters to the MultiHeadAttention module ``attn``
     keys(attn, x, given)               extra key-side tensors to cache with K and V, (B, H, S, ·)
+    scores(attn, q, keys, ctx)         QKᵀ/√d, (B, H, T, S); a variant whose own scores share the
+                                       product with K (the window's attention pointers) makes both
     bias(attn, q, S, allowed, q_pos, ctx)   B, added to the scaled scores (None: no bias)
-    weights(attn, scores, q, x, keys, allowed, internals, given)   the weights from the biased
-                                       scores; default softmax over the allowed keys
+    weights(attn, scores, q, x, keys, allowed, internals, given, ctx)   the weights from the
+                                       biased scores; default softmax over the allowed keys
     values(attn, weights, ctx)         added to A V (None: nothing)
 
-``ctx`` is a dict a variant may use to pass what ``bias`` computed on to ``values``. ``maps``
+``ctx`` is a dict a variant may use to pass what one step computed on to a later one (``scores``
+to ``weights``, ``bias`` to ``values``). ``maps``
 names the variant's own linear maps of the query-side and of the key-side input (optional): in
 self-attention both inputs are one x, and ``MultiHeadAttention.project_self`` multiplies x by them
 in the same product as W_q, W_k, W_v (cross-attention: ``project_keys`` with W_k, W_v and
