@@ -1,4 +1,4 @@
-from attnmt.cli.main import main
+from attnmt.cli.main import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

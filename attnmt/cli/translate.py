@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ngram", help="NgramRes: this n-gram model (built with --vocab-from the run) "
                    "replaces the run's; the neural weights stay as they are")
     p.add_argument("--alpha", type=float, help="NgramRes: fixed weight of the n-gram log-probabilities")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, quick_exit=True)  # cli/main.py: no teardown after the output is written
 
 
 def search_options(args: argparse.Namespace):
