@@ -57,7 +57,7 @@ What it does, on the machine it runs on:
    ``--ct2`` (``float32``, ``int8`` = int8 weights and float32 activations on CPU) and thread
    layout, beam 5, batches of 64: ``ct2[TYPE]`` with ``intra_threads`` = the race's threads (one
    translation on all of them), ``ct2[TYPE-inter]`` with ``inter_threads`` = the race's threads
-   and one thread each (batches translated at once, as attnmt's ``--workers``; the faster layout
+   and one thread each (OpenMP and MKL on one thread: batches translated at once, as attnmt's ``--workers``; the faster layout
    on 2 vCPUs, docs/results/race.md "CTranslate2 on this CPU"). Each is {translate_s, bleu,
    chrf, compute_type, intra_threads, inter_threads, busy_threads, isa, cpu_s}; the ratio row's
    ``ct2_best`` names the fastest. The same runs on **attnmt's own model** (``attnmt export
@@ -335,8 +335,11 @@ def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir:
             intra, inter = ct2_threads(layout, threads)
             hyp_sp = run_dir / f"test.ct2-{name}.hyp.sp"
             log = run_dir / f"ct2-{name}.log"
+            # OpenMP and MKL on intra_threads threads per replica: with the race's count, the
+            # "inter" layout's replicas each start idle-spinning threads (4 busy, ~25 % more CPU)
+            layout_env = {**env, "OMP_NUM_THREADS": str(intra), "MKL_NUM_THREADS": str(intra)}
             took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
-                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter)], log, env)
+                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter)], log, layout_env)
             info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
             out[name] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
                          **scored_pieces(hyp_sp, data, refs), **info}
