@@ -57,9 +57,10 @@ What it does, on the machine it runs on:
    ``--ct2`` (``float32``, ``int8`` = int8 weights and float32 activations on CPU) and thread
    layout, beam 5, batches of 64: ``ct2[TYPE]`` with ``intra_threads`` = the race's threads (one
    translation on all of them), ``ct2[TYPE-inter]`` with ``inter_threads`` = the race's threads
-   and one thread each (OpenMP and MKL on one thread: batches translated at once, as attnmt's ``--workers``; the faster layout
-   on 2 vCPUs, docs/results/race.md "CTranslate2 on this CPU"). Each is {translate_s, bleu,
-   chrf, compute_type, intra_threads, inter_threads, busy_threads, isa, cpu_s}; the ratio row's
+   and one thread each (OpenMP and MKL on one thread too: batches translated at once, as
+   attnmt's ``--workers``; the faster layout on 2 vCPUs, docs/results/race.md "CTranslate2 on
+   this CPU"). Each is {translate_s, bleu, chrf, compute_type, intra_threads, inter_threads,
+   busy_threads, isa, cpu_s}; the ratio row's
    ``ct2_best`` names the fastest. The same runs on **attnmt's own model** (``attnmt export
    --format ctranslate2``, float32 weights, not timed) go under attnmt's ``ct2``: the same weights
    in both engines, so equal quality, which two models trained for the same budget are not
