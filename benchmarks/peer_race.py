@@ -336,8 +336,7 @@ def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir:
             intra, inter = ct2_threads(layout, threads)
             hyp_sp = run_dir / f"test.ct2-{name}.hyp.sp"
             log = run_dir / f"ct2-{name}.log"
-            # OpenMP and MKL on intra_threads threads per replica: with the race's count, the
-            # "inter" layout's replicas each start idle-spinning threads (4 busy, ~25 % more CPU)
+            # OpenMP/MKL on intra_threads per replica (the race's count: 4 busy threads, +25 % CPU)
             layout_env = {**env, "OMP_NUM_THREADS": str(intra), "MKL_NUM_THREADS": str(intra)}
             took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
                         "--compute-type", kind, "--threads", str(intra), "--inter", str(inter)], log, layout_env)
