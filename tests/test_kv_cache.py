@@ -180,10 +180,12 @@ def test_beam_search_reuses_the_buffers(monkeypatch):
     assert steps > 10 and len(made) <= 4 * len(model.decoder.layers)
 
 
-def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only():
+@pytest.mark.parametrize("amx", [False, True])
+def test_one_query_attention_is_the_definition_and_taken_by_standard_search_only(amx, monkeypatch):
     """A search step of standard self-attention reads time-major buffers through two products:
     the module's own attention over the concatenated keys; a variant keeps the definition's
-    buffers."""
+    buffers. The bfloat16 layout through its two products, or SDPA (on AMX), alike."""
+    monkeypatch.setattr(kv_cache, "_AMX", amx)
     torch.manual_seed(0)
     model = _model()
     attn = model.decoder.layers[0].self_attn

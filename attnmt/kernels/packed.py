@@ -75,6 +75,15 @@ def native_bf16() -> bool:
     return bool(has and _MKLDNN and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def amx_tiles() -> bool:
+    """Whether this CPU has AMX tiles: torch's bfloat16 kernels that call oneDNN's small products
+    (e.g. ``scaled_dot_product_attention``'s) then multiply on them, else on vector units."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # older torch: no way to tell, so no
+        return False
+
+
 @contextmanager
 def bf16_products(on: bool = True):
     """Within the block, the products of this module take bfloat16 operands (float32 results)."""
