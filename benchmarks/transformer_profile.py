@@ -3,7 +3,7 @@ tool for choosing the next speed lever, not a claim (the claim is ``peer_race.py
 transformer``).
 
     python benchmarks/transformer_profile.py --data OUT/data [--hidden 256] [--threads 2]
-        [--updates 3] [--run RUN] [--sentences 64] [--float32]
+        [--updates 3] [--run RUN] [--sentences 64] [--float32] [--set KEY=VALUE ...]
 
 ``--data``: a ``peer_race.py`` data folder (``train.{en,es}``, ``test.en``, ``spm.{en,es}.model``).
 The model is ``configs/race-transformer.yaml`` at d ``--hidden`` (hidden/64 heads, ff 4·hidden):
@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=64)
     ap.add_argument("--run", help="a trained Transformer run for the search (default: random weights)")
     ap.add_argument("--float32", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override, e.g. model.enc_self_attention=window-add-seg (repeatable)")
     args = ap.parse_args()
 
     import sentencepiece as spm
@@ -77,7 +79,7 @@ def main() -> None:
     bf16 = not args.float32 and packed.native_bf16()
     cfg = load_config(ROOT / "configs" / "race-transformer.yaml",
                       [f"model.hidden={args.hidden}", f"model.heads={max(args.hidden // 64, 1)}",
-                       f"model.ff={4 * args.hidden}"])
+                       f"model.ff={4 * args.hidden}", *args.set])
     sp = {lang: spm.SentencePieceProcessor(model_file=str(data / f"spm.{lang}.model")) for lang in ("en", "es")}
     ids = {lang: [sp[lang].encode(line)
                   for line in (data / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:4000]]
