@@ -74,7 +74,8 @@ What it does, on the machine it runs on:
 
 Each side also writes ``result.json`` in its folder (its result, the race settings, commit and
 time): with ``--only``, a row takes the other side from there when an earlier run in the same OUT
-had the same settings (marked ``raced``), so one side can be re-raced after a change.
+had the same settings (marked ``raced``), so one side can be re-raced after a change; a row whose
+sides ran further apart than one run leaves them says so (``race_sides.py``).
 
 The last line printed is one JSON object ``{"model": m, "peer": p, "recipe": r, "budget": s,
 "threads": n, "rows": [{"size": 512, "attnmt": {...}, PEER: {...}, "ratio": {...}}, ...]}``. Each
@@ -97,6 +98,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import race_peers  # noqa: E402
 from race_peers import PEERS, TITLE, RaceError  # noqa: E402
+from race_sides import apart_note, save_side, side_key  # noqa: E402,F401 (side_key: tests)
+from race_sides import load_side as load_saved  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_MARGIN = 10  # attnmt stops itself this many seconds of update time before the budget (start-up
@@ -455,44 +458,13 @@ def ratios(row: dict, peer: str) -> dict:
     return out
 
 
-# -- sides raced apart ---------------------------------------------------------------------------
-def side_key(args) -> dict:
-    """What must agree for a side raced earlier to stand in a row with one raced now. The
-    CTranslate2 compute types (``--ct2``) are not part of it: they only decide which CTranslate2
-    columns a side has, and the ratio row takes the fastest of those present on each side."""
-    return {"model": args.model, "recipe": args.recipe, "budget": args.budget, "threads": args.threads,
-            "set": args.set, "max_train_lines": args.max_train_lines,
-            "max_eval_lines": args.max_eval_lines, "report_every": args.report_every}
-
-
-def save_side(folder: Path, result: dict, args) -> None:
-    """``FOLDER/result.json``: the side's result, the race settings and when and from which commit."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    record = {"result": result, "key": side_key(args), "commit": commit,
-              "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    tmp = folder / "result.json.tmp"
-    tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / "result.json")
-
-
 def load_side(folder: Path, args) -> dict | None:
-    """With ``--only``, the other side's result from an earlier run in the same OUT and with the
-    same settings (so one side can be re-raced after a change: the sides of a race run one
-    after the other anyway); None when there is none or its settings differ."""
-    path = folder / "result.json"
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text(encoding="utf-8"))
-    if {k: v for k, v in record.get("key", {}).items() if k != "ct2"} != side_key(args):  # ct2: older records
-        print(f"peer_race: {path} was raced with other settings; not used", file=sys.stderr)
-        return None
-    result = record["result"]
-    if "tgt_tok_s_median" not in result and (folder / "train.log").is_file():  # a peer side raced before
-        # the median existed: the same function on the same log
+    """``race_sides.load_side``, with the median rate of a peer side saved before it existed."""
+    result = load_saved(folder, args)
+    if result is not None and "tgt_tok_s_median" not in result and (folder / "train.log").is_file():
         result["tgt_tok_s_median"] = rates(race_peers.reports(folder / "train.log"), args.budget, result["steps"],
                                            result["tgt_tokens"])["tgt_tok_s_median"]
-    return {**result, "raced": f"{record['finished']}, commit {record['commit']} (earlier run)"}
+    return result
 
 
 # -- main ---------------------------------------------------------------------------------------
@@ -587,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"size {size}: attnmt/{TITLE[peer]} tokens/s {r['tgt_tok_s']}x, "
                       f"translation {r['translate_speed']}x faster{extra}{ct2}, "
                       f"BLEU {a['bleu']} vs {o['bleu']}", flush=True)
+                if note := apart_note(row, ("attnmt", peer), args.budget):
+                    row["ratio"]["sides_apart"] = note
+                    print(f"size {size}: note: {note}", flush=True)
             rows.append(row)
     except RaceError as err:
         print(f"peer_race: error: {err}", file=sys.stderr)

@@ -155,6 +155,33 @@ def test_a_side_raced_earlier_stands_in_a_row_only_with_the_same_settings(tmp_pa
     assert peer_race.load_side(side, args) is None  # another budget: not the same race
 
 
+def test_a_row_whose_sides_ran_apart_says_so(tmp_path):
+    import argparse
+    import json
+
+    import peer_race
+    import race_sides
+
+    args = argparse.Namespace(model="transformer", recipe="attnmt", budget=600.0, threads=2, ct2="int8",
+                              set=[], max_train_lines=0, max_eval_lines=0, report_every=25)
+    side = tmp_path / "opennmt"
+    side.mkdir()
+    peer_race.save_side(side, {"tgt_tok_s": 2000.0, "translate_s": 40.0}, args)
+    loaded = peer_race.load_side(side, args)
+    row = {"attnmt": {"tgt_tok_s": 4000.0}, "opennmt": loaded}
+    now = loaded["raced_at"]
+    assert race_sides.apart_note(row, ("attnmt", "opennmt"), 600, now + 600 + 300) == ""  # as in one run
+    note = race_sides.apart_note(row, ("attnmt", "opennmt"), 600, now + 3 * 3600)
+    assert "opennmt side ran 180 min before" in note and "earlier run" in note
+    assert race_sides.apart_note({"attnmt": {}, "opennmt": {}}, ("attnmt", "opennmt"), 600) == ""  # both now
+    record = json.loads((side / "result.json").read_text())
+    record["finished"] = "yesterday"  # a hand-edited record: its time unreadable
+    (side / "result.json").write_text(json.dumps(record))
+    row["opennmt"] = peer_race.load_side(side, args)
+    assert row["opennmt"]["raced_at"] is None
+    assert "opennmt side is from an earlier run of unknown time" in race_sides.apart_note(row, ("attnmt", "opennmt"), 600)
+
+
 def test_the_median_rate_ignores_a_disturbed_stretch():
     import peer_race
 
