@@ -1,0 +1,69 @@
+"""benchmarks/ct2_rounds.py end to end on a tiny Transformer: the race's data step, a short
+training, the export, CTranslate2's and attnmt's commands in a round, the ratios and scores."""
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ctranslate2", reason="CTranslate2 is not installed: pip install 'attnmt[ctranslate2]'")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta".split()
+
+
+def _corpus(folder: Path) -> None:
+    """Reverse-and-upper-case pairs for train, dev and test."""
+    rng = random.Random(0)
+    folder.mkdir()
+    for split, n in (("train", 300), ("dev", 10), ("test", 12)):
+        pairs = []
+        for _ in range(n):
+            s = [rng.choice(WORDS) for _ in range(rng.randint(2, 6))]
+            pairs.append((" ".join(s), " ".join(w.upper() for w in reversed(s))))
+        for lang, side in (("en", 0), ("es", 1)):
+            (folder / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
+
+
+def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys):
+    import ct2_rounds
+    import peer_race
+
+    from attnmt.cli.main import main as attnmt
+
+    _corpus(tmp_path / "src")
+    data = peer_race.prepare_data(tmp_path / "src", tmp_path / "data", max_train=300, max_eval=12)
+    run = tmp_path / "run"
+    sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
+            f"data.tgt_spm={data / 'spm.es.model'}", "model.layers=1", "model.hidden=32", "model.heads=2",
+            "model.ff=64", "train.batch_size=400", "train.max_steps=20", "train.warmup=5", "train.threads=1",
+            "train.epochs=5"]
+    config = Path(__file__).resolve().parent.parent / "configs" / "race-transformer.yaml"
+    assert attnmt(["train", str(config), "--out", str(run), *[a for s in sets for a in ("--set", s)]]) == 0
+    capsys.readouterr()
+
+    code = ct2_rounds.main(["--run", str(run), "--data", str(data), "--rounds", "1", "--threads", "1",
+                            "--variant", "plain="])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    result = json.loads(out[-1])
+    assert (run / "ct2" / "model.bin").is_file()  # exported from the run, once
+    ct2, mine = result["ctranslate2"], result["attnmt"]["plain"]
+    assert len(ct2["times"]) == len(mine["times"]) == 1 and ct2["mean_s"] > 0 and mine["mean_s"] > 0
+    # CTranslate2's time over attnmt's (> 1: attnmt faster); the printed times are rounded
+    assert mine["vs_ct2"] == pytest.approx(ct2["mean_s"] / mine["mean_s"], rel=0.15)
+    assert mine["vs_ct2_rounds"] == [mine["vs_ct2"]]
+    assert {"bleu", "chrf"} <= set(mine) and {"bleu", "chrf"} <= set(ct2)
+    assert len((run / "ct2_rounds" / "plain.1.es").read_text(encoding="utf-8").splitlines()) == 12
+    assert any(line.startswith("attnmt plain:") and "x (rounds" in line for line in out)
+
+
+def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
+    import ct2_rounds
+
+    assert ct2_rounds.main(["--run", str(tmp_path / "nothing"), "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing" in err[0] and "config.yaml" in err[0]
+    assert ct2_rounds.main(["--run", str(tmp_path), "--data", str(tmp_path), "--variant", "noequals"]) == 2
