@@ -3,7 +3,7 @@ the comparison that a drifting machine allows (its speed moves by up to ~25 % wi
 docs/results/race.md, so two commands timed an hour apart say little).
 
     python benchmarks/ct2_rounds.py --run exp/race-tf/transformer-256/attnmt --data exp/race-tf/data
-        [--rounds 5] [--threads 2] [--compute-type int8] [--python PY]
+        [--rounds 5] [--threads 2] [--compute-type int8] [--python PY] [--ct2-limit 2,10,512]
         [--variant NAME=FLAGS ...]
 
 ``--run``: a Transformer run of ``peer_race.py`` (or any attnmt Transformer run; its sentencepiece
@@ -12,7 +12,8 @@ models must be ``DATA/spm.{en,es}.model``, as the race's are). ``--data``: the r
 last checkpoint with ``attnmt export --format ctranslate2`` when missing, not timed) with
 ``race_ct2.py translate`` as its own process, at its best layout on a few cores: ``--threads``
 translations at once on one thread each (inter_threads; OpenMP and MKL on one thread), beam 5,
-batches of 64, input in pieces. attnmt runs ``attnmt translate`` (beam 5, batches of 64, text in
+batches of 64, input in pieces, attnmt's length rule per batch (``--ct2-limit``, race_ct2.py's
+``--limit``; '' gives every line 250 pieces, as the race did before 2026-12-05). attnmt runs ``attnmt translate`` (beam 5, batches of 64, text in
 and out) once per variant: by default ``int8`` (``--int8``), ``bf16`` (no flag: bfloat16 where the
 CPU has it), ``int8-complete`` (``--int8 --stop complete``: CTranslate2's stopping rule). Every
 command is timed whole from outside; each round runs CTranslate2 first, then the variants.
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_race import CT2_SCRIPT, attnmt_env, attnmt_translate, run, score, scored_pieces  # noqa: E402
+from peer_race import CT2_LIMIT, CT2_SCRIPT, attnmt_env, attnmt_translate, run, score, scored_pieces  # noqa: E402
 from race_peers import RaceError  # noqa: E402
 
 VARIANTS = {"int8": "--int8", "bf16": "", "int8-complete": "--int8 --stop complete"}
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compute-type", default="int8", help="CTranslate2's compute type")
     ap.add_argument("--python", default=sys.executable, help="a Python with ctranslate2")
+    ap.add_argument("--ct2-limit", default=CT2_LIMIT,
+                    help="CTranslate2's length rule, race_ct2.py --limit (default attnmt's; '' = 250 pieces a line)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                     help="an attnmt command to time (repeatable; default: int8, bf16, int8-complete)")
     args = ap.parse_args(argv)
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             hyp_sp = work / f"ct2.{r}.sp"
             times["ctranslate2"].append(run(
                 [args.python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
-                 "--compute-type", args.compute_type, "--threads", "1", "--inter", str(args.threads)],
+                 "--compute-type", args.compute_type, "--threads", "1", "--inter", str(args.threads),
+                 *(["--limit", args.ct2_limit] if args.ct2_limit else [])],
                 work / f"ct2.{r}.log", ct2_env))
             quality.setdefault("ctranslate2", scored_pieces(hyp_sp, data, refs))
             print(f"round {r} ctranslate2 {args.compute_type}: {times['ctranslate2'][-1]:.2f} s", flush=True)

@@ -66,6 +66,8 @@ What it does, on the machine it runs on:
    in both engines, so equal quality, which two models trained for the same budget are not
    (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row, and
    ``translate_speed_int8_vs_ct2_same_model``: attnmt's ``--int8`` against that fastest one).
+   CTranslate2 gets attnmt's length rule (``CT2_LIMIT``: ≤ 2|x| + 10 pieces a line, by batch, as
+   ``race_ct2.py --limit`` says; rows before 2026-12-05 08:10 gave it 250 pieces for every line).
    CTranslate2 ends a sentence when it has beam-size finished hypotheses (its ``patience`` 1);
    attnmt's default, OpenNMT-py's rule, ends it when the best extension ends it, which writes
    shorter outputs. So attnmt's ``--int8`` is timed a third time with ``--stop complete``, the
@@ -107,6 +109,7 @@ STOP_MARGIN = 10  # attnmt stops itself this many seconds of update time before 
 REPORT_EVERY = 25  # both sides: a progress record (and, for the peer, a checkpoint) every 25 updates
 CONFIGS = {"lstm": ROOT / "configs" / "race-lstm.yaml", "transformer": ROOT / "configs" / "race-transformer.yaml"}
 CT2_SCRIPT = Path(__file__).resolve().parent / "race_ct2.py"
+CT2_LIMIT = "2,10,512"  # attnmt translate's length rule (max_len_ratio, max_len_extra, max_len_cap), given to CTranslate2
 ONMT_VERSION = race_peers.ONMT_VERSION
 
 
@@ -342,7 +345,8 @@ def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir:
             # OpenMP/MKL on intra_threads per replica (the race's count: 4 busy threads, +25 % CPU)
             layout_env = {**env, "OMP_NUM_THREADS": str(intra), "MKL_NUM_THREADS": str(intra)}
             took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
-                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter)], log, layout_env)
+                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter), "--limit", CT2_LIMIT],
+                       log, layout_env)
             info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
             out[name] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
                          **scored_pieces(hyp_sp, data, refs), **info}
