@@ -155,6 +155,16 @@ def test_shared_memory_selects_as_the_repeated_memory():
     assert all(torch.equal(laid[n], keys[n]) for n in keys)
     assert laid["lk"].transpose(2, 3).is_contiguous()
     assert laid["pk"].view(3, 2, 5, 2, 4).permute(0, 1, 3, 4, 2).is_contiguous()
+    # ... and follow the selections in their layouts (not laid out again when a sentence leaves)
+    memory = kv_cache.SharedMemory(torch.randn(3, 5, 8), mask, [{**cross[0], **keys}]).repeat_rows(2)
+    unit = Window("window-add")
+    made = memory.cross[0].laid_out(unit, low=True)
+    kept = memory.select(torch.tensor([0, 1, 4, 5]))  # sentences 0 and 2, whole
+    assert kept.cross[0]._laid_out is not None and kept.cross[0]._laid_out[0] is True
+    fresh = kv_cache.SharedKeys(kept.cross[0].keys, kept.mask).laid_out(unit, low=True)
+    for n, t in kept.cross[0].laid_out(unit, low=True).items():
+        assert torch.equal(t, fresh[n]) and t.stride() == fresh[n].stride() and t.dtype == torch.bfloat16
+        assert torch.equal(t, made[n][torch.tensor([0, 2])])
 
 
 def test_buffered_search_with_alignments_equals_the_definition():

@@ -279,11 +279,12 @@ class SharedKeys:
     (one SDPA call, no copy); otherwise the definition on keys repeated once per state."""
 
     def __init__(self, keys: dict[str, torch.Tensor], mask: torch.Tensor, rows: int = 1,
-                 bias: list | None = None, low: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 bias: list | None = None, low: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 laid_out: tuple[bool, dict[str, torch.Tensor]] | None = None):
         self.keys, self.mask, self.rows = keys, mask, rows
         self._repeated: tuple[dict, torch.Tensor] | None = None
         self._low = low  # ``low()``'s, when a selection of the memory it was made for passes it on
-        self._laid_out: tuple[bool, dict[str, torch.Tensor]] | None = None
+        self._laid_out = laid_out  # ``laid_out()``'s (low, keys), passed on alike
         self._bias = [None] if bias is None else bias  # shared by the layers of one memory
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
@@ -359,11 +360,12 @@ class SharedMemory:
     entries shared; any other selection reads entry index // rows, one row each."""
 
     def __init__(self, out: torch.Tensor, mask: torch.Tensor, cross: list[dict[str, torch.Tensor]],
-                 rows: int = 1, lows: list | None = None):
+                 rows: int = 1, lows: list | None = None, laid: list | None = None):
         self.out, self.mask, self.rows, self.cross_keys = out, mask, rows, cross
         bias: list = [None]
-        lows = lows or [None] * len(cross)
-        self.cross = [SharedKeys(keys, mask, rows, bias, low) for keys, low in zip(cross, lows)]
+        lows, laid = lows or [None] * len(cross), laid or [None] * len(cross)
+        self.cross = [SharedKeys(keys, mask, rows, bias, low, made)
+                      for keys, low, made in zip(cross, lows, laid)]
 
     def __getitem__(self, name: str):
         return {"out": self.out, "mask": self.mask, "cross": self.cross}[name]
@@ -371,16 +373,25 @@ class SharedMemory:
     def _lows(self) -> list:
         return [keys._low for keys in self.cross]
 
+    def _laid(self) -> list:
+        return [keys._laid_out for keys in self.cross]
+
     def repeat_rows(self, k: int) -> SharedMemory:
-        return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k, self._lows())
+        return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k, self._lows(), self._laid())
 
     def _entries(self, entries: torch.Tensor, rows: int) -> SharedMemory:
-        """Entries ``entries`` of everything, the bfloat16 keys too where they were made (a
-        selection of contiguous tensors along the first axis stays contiguous)."""
+        """Entries ``entries`` of everything, the bfloat16 and laid-out keys too where they were
+        made (a selection along the first axis keeps a contiguous tensor contiguous, and
+        ``_pick_keeping_layout`` a laid-out one in its layout: not made again after every
+        sentence that leaves the batch)."""
         pick = lambda t: t.index_select(0, entries)  # noqa: E731
         lows = [None if low is None else (pick(low[0]), pick(low[1])) for low in self._lows()]
+        laid = []
+        for made in self._laid():
+            picked = None if made is None else {n: _pick_keeping_layout(t, entries) for n, t in made[1].items()}
+            laid.append(None if picked is None or any(t is None for t in picked.values()) else (made[0], picked))
         return SharedMemory(pick(self.out), pick(self.mask),
-                            [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows, lows)
+                            [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows, lows, laid)
 
     def select(self, index: torch.Tensor) -> SharedMemory:
         if self.rows > 1 and index.numel() % self.rows == 0:
@@ -391,6 +402,19 @@ class SharedMemory:
             if aligned:
                 return self._entries(starts.squeeze(1) // self.rows, self.rows)
         return self._entries(index // self.rows, 1)
+
+
+def _pick_keeping_layout(t: torch.Tensor, entries: torch.Tensor) -> torch.Tensor | None:
+    """``t.index_select(0, entries)`` in ``t``'s own memory layout (a dense tensor whose axes are
+    stored in some order, e.g. ``Variant.key_layout``'s Kᵀ under a (B, H, S, d) view); None
+    where ``t`` is no such tensor. index_select itself returns the result contiguous in its
+    logical shape, which the variant's products would then copy at every step."""
+    order = sorted(range(t.dim()), key=lambda i: t.stride(i), reverse=True)  # outermost axis first
+    stored = t.permute(order)
+    if not stored.is_contiguous():
+        return None
+    picked = stored.index_select(order.index(0), entries)
+    return picked.permute([order.index(i) for i in range(t.dim())])
 
 
 def buffers(layers: int) -> list[KVBuffer]:
