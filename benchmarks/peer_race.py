@@ -100,7 +100,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import race_peers  # noqa: E402
 from race_peers import PEERS, TITLE, RaceError  # noqa: E402
-from race_sides import apart_note, save_side, side_key  # noqa: E402,F401 (side_key: tests)
+from race_sides import apart_note, save_side  # noqa: E402
 from race_sides import load_side as load_saved  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
