@@ -29,14 +29,13 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer_race import CT2_LIMIT, CT2_SCRIPT, attnmt_env, attnmt_translate, run, score, scored_pieces  # noqa: E402
 from race_peers import RaceError  # noqa: E402
+from race_sides import stamp  # noqa: E402
 
 VARIANTS = {"int8": "--int8", "bf16": "", "int8-complete": "--int8 --stop complete"}
 
@@ -99,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ct2 = times["ctranslate2"]
     result = {"run": str(run_dir), "threads": args.threads, "compute_type": args.compute_type,
-              "rounds": args.rounds, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-              "commit": subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short",
-                                        "HEAD"], capture_output=True, text=True).stdout.strip(),
+              "rounds": args.rounds, **stamp(),
               "ctranslate2": {"mean_s": round(statistics.mean(ct2), 2), "times": [round(t, 2) for t in ct2],
                               **quality["ctranslate2"]}, "attnmt": {}}
     for name in variants:

@@ -33,12 +33,16 @@ def side_key(args) -> dict:
             "max_eval_lines": args.max_eval_lines, "report_every": args.report_every}
 
 
-def save_side(folder: Path, result: dict, args) -> None:
-    """``FOLDER/result.json``: the side's result, the race settings and when and from which commit."""
+def stamp() -> dict:
+    """{"commit": this checkout's short commit, "finished": now (``STAMP``)}: what a result records."""
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    record = {"result": result, "key": side_key(args), "commit": commit,
-              "finished": time.strftime(STAMP, time.gmtime())}
+    return {"commit": commit, "finished": time.strftime(STAMP, time.gmtime())}
+
+
+def save_side(folder: Path, result: dict, args) -> None:
+    """``FOLDER/result.json``: the side's result, the race settings and when and from which commit."""
+    record = {"result": result, "key": side_key(args), **stamp()}
     tmp = folder / "result.json.tmp"
     tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
     os.replace(tmp, folder / "result.json")
