@@ -4,7 +4,7 @@ docs/results/race.md, so two commands timed an hour apart say little).
 
     python benchmarks/ct2_rounds.py --run exp/race-tf/transformer-256/attnmt --data exp/race-tf/data
         [--rounds 5] [--threads 2] [--compute-type int8] [--python PY] [--ct2-limit 2,10,512]
-        [--variant NAME=FLAGS ...]
+        [--batch 64] [--variant NAME=FLAGS ...]
 
 ``--run``: a Transformer run of ``peer_race.py`` (or any attnmt Transformer run; its sentencepiece
 models must be ``DATA/spm.{en,es}.model``, as the race's are). ``--data``: the race's data folder
@@ -12,8 +12,8 @@ models must be ``DATA/spm.{en,es}.model``, as the race's are). ``--data``: the r
 last checkpoint with ``attnmt export --format ctranslate2`` when missing, not timed) with
 ``race_ct2.py translate`` as its own process, at its best layout on a few cores: ``--threads``
 translations at once on one thread each (inter_threads; OpenMP and MKL on one thread), beam 5,
-batches of 64, input in pieces, attnmt's length rule per batch (``--ct2-limit``, race_ct2.py's
-``--limit``; '' gives every line 250 pieces, as the race did before 2026-12-05). attnmt runs ``attnmt translate`` (beam 5, batches of 64, text in
+batches of ``--batch`` sentences (64, the race's), input in pieces, attnmt's length rule per batch (``--ct2-limit``, race_ct2.py's
+``--limit``; '' gives every line 250 pieces, as the race did before 2026-12-05). attnmt runs ``attnmt translate`` (beam 5, the same batches, text in
 and out) once per variant: by default ``int8`` (``--int8``), ``bf16`` (no flag: bfloat16 where the
 CPU has it), ``int8-complete`` (``--int8 --stop complete``: CTranslate2's stopping rule). Every
 command is timed whole from outside; each round runs CTranslate2 first, then the variants.
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable, help="a Python with ctranslate2")
     ap.add_argument("--ct2-limit", default=CT2_LIMIT,
                     help="CTranslate2's length rule, race_ct2.py --limit (default attnmt's; '' = 250 pieces a line)")
+    ap.add_argument("--batch", type=int, default=64,
+                    help="sentences per batch, both engines (the race's: 64; larger batches spread a step's fixed costs)")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FLAGS",
                     help="an attnmt command to time (repeatable; default: int8, bf16, int8-complete)")
     args = ap.parse_args(argv)
@@ -61,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     missing = [str(p) for p in (run_dir / "config.yaml", data / "test.en", data / "test.sp.en", data / "test.es")
                if not p.is_file()]
-    if args.rounds < 1 or missing:
-        print(f"ct2_rounds: error: {'missing ' + ', '.join(missing) if missing else '--rounds must be >= 1'}",
-              file=sys.stderr)
+    if args.rounds < 1 or args.batch < 1 or missing:
+        why = "missing " + ", ".join(missing) if missing else "--rounds and --batch must be >= 1"
+        print(f"ct2_rounds: error: {why}", file=sys.stderr)
         return 2
     env = attnmt_env(args.threads)
     ct2_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
@@ -83,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             times["ctranslate2"].append(run(
                 [args.python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
                  "--compute-type", args.compute_type, "--threads", "1", "--inter", str(args.threads),
+                 "--batch", str(args.batch),
                  *(["--limit", args.ct2_limit] if args.ct2_limit else [])],
                 work / f"ct2.{r}.log", ct2_env))
             quality.setdefault("ctranslate2", scored_pieces(hyp_sp, data, refs))
             print(f"round {r} ctranslate2 {args.compute_type}: {times['ctranslate2'][-1]:.2f} s", flush=True)
             for name, flags in variants.items():
                 hyp = work / f"{name}.{r}.es"
-                times[name].append(run(attnmt_translate(run_dir, data, hyp, *shlex.split(flags)),
+                batch = [] if args.batch == 64 else ["--batch-size", str(args.batch)]  # the last one counts
+                times[name].append(run(attnmt_translate(run_dir, data, hyp, *batch, *shlex.split(flags)),
                                        work / f"{name}.{r}.log", env))
                 quality.setdefault(name, score(hyp.read_text(encoding="utf-8").splitlines(), refs))
                 print(f"round {r} attnmt {name}: {times[name][-1]:.2f} s", flush=True)
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ct2_rounds: error: {err}", file=sys.stderr)
         return 2
     ct2 = times["ctranslate2"]
-    result = {"run": str(run_dir), "threads": args.threads, "compute_type": args.compute_type,
+    result = {"run": str(run_dir), "threads": args.threads, "compute_type": args.compute_type, "batch": args.batch,
               "rounds": args.rounds, **stamp(),
               "ctranslate2": {"mean_s": round(statistics.mean(ct2), 2), "times": [round(t, 2) for t in ct2],
                               **quality["ctranslate2"]}, "attnmt": {}}

@@ -27,7 +27,7 @@ def _corpus(folder: Path) -> None:
             (folder / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
 
 
-def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys):
+def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys, monkeypatch):
     import ct2_rounds
     import peer_race
 
@@ -44,8 +44,10 @@ def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys):
     assert attnmt(["train", str(config), "--out", str(run), *[a for s in sets for a in ("--set", s)]]) == 0
     capsys.readouterr()
 
+    commands, plain_run = [], ct2_rounds.run
+    monkeypatch.setattr(ct2_rounds, "run", lambda cmd, *rest: commands.append(cmd) or plain_run(cmd, *rest))
     code = ct2_rounds.main(["--run", str(run), "--data", str(data), "--rounds", "1", "--threads", "1",
-                            "--variant", "plain="])
+                            "--variant", "plain=", "--batch", "5"])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0
     result = json.loads(out[-1])
@@ -58,6 +60,11 @@ def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys):
     assert {"bleu", "chrf"} <= set(mine) and {"bleu", "chrf"} <= set(ct2)
     assert len((run / "ct2_rounds" / "plain.1.es").read_text(encoding="utf-8").splitlines()) == 12
     assert any(line.startswith("attnmt plain:") and "x (rounds" in line for line in out)
+    # both engines in batches of 5: CTranslate2's --batch, attnmt's last --batch-size
+    ct2_cmd = next(c for c in commands if any("race_ct2" in str(part) for part in c))
+    attnmt_cmd = next(c for c in commands if c[1:4] == ["-m", "attnmt", "translate"])
+    assert result["batch"] == 5 and ct2_cmd[ct2_cmd.index("--batch") + 1] == "5"
+    assert attnmt_cmd[len(attnmt_cmd) - 1 - attnmt_cmd[::-1].index("--batch-size") + 1] == "5"
 
 
 def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
