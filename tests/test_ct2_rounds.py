@@ -47,7 +47,7 @@ def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys, monkeypa
     commands, plain_run = [], ct2_rounds.run
     monkeypatch.setattr(ct2_rounds, "run", lambda cmd, *rest: commands.append(cmd) or plain_run(cmd, *rest))
     code = ct2_rounds.main(["--run", str(run), "--data", str(data), "--rounds", "1", "--threads", "1",
-                            "--variant", "plain=", "--batch", "5"])
+                            "--variant", "plain=", "--batch", "3,5"])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0
     result = json.loads(out[-1])
@@ -58,13 +58,32 @@ def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys, monkeypa
     assert mine["vs_ct2"] == pytest.approx(ct2["mean_s"] / mine["mean_s"], rel=0.15)
     assert mine["vs_ct2_rounds"] == [mine["vs_ct2"]]
     assert {"bleu", "chrf"} <= set(mine) and {"bleu", "chrf"} <= set(ct2)
-    assert len((run / "ct2_rounds" / "plain.1.es").read_text(encoding="utf-8").splitlines()) == 12
-    assert any(line.startswith("attnmt plain:") and "x (rounds" in line for line in out)
-    # both engines in batches of 5: CTranslate2's --batch, attnmt's last --batch-size
-    ct2_cmd = next(c for c in commands if any("race_ct2" in str(part) for part in c))
-    attnmt_cmd = next(c for c in commands if c[1:4] == ["-m", "attnmt", "translate"])
-    assert result["batch"] == 5 and ct2_cmd[ct2_cmd.index("--batch") + 1] == "5"
-    assert attnmt_cmd[len(attnmt_cmd) - 1 - attnmt_cmd[::-1].index("--batch-size") + 1] == "5"
+    assert all(len((run / "ct2_rounds" / f"plain.b{b}.1.es").read_text(encoding="utf-8").splitlines()) == 12
+               for b in (3, 5))
+    assert any(line.startswith("attnmt plain (batches of") and "x (rounds" in line for line in out)
+    # each engine at its best size of 3 and 5; every size's ratio beside
+    assert result["batches"] == [3, 5] and set(result["by_batch"]) == {"3", "5"}
+    assert ct2["batch"] in (3, 5) and mine["batch"] in (3, 5)
+    assert ct2["mean_s"] == min(result["by_batch"][b]["ctranslate2"] for b in ("3", "5"))
+    # both engines in batches of 3, then of 5: CTranslate2's --batch, attnmt's last --batch-size
+    ct2_sizes = [c[c.index("--batch") + 1] for c in commands if any("race_ct2" in str(part) for part in c)]
+    mine_sizes = [c[len(c) - c[::-1].index("--batch-size")] for c in commands if c[1:4] == ["-m", "attnmt", "translate"]]
+    assert ct2_sizes == mine_sizes == ["3", "5"]
+
+
+def test_each_engine_is_compared_at_its_own_best_batch_size():
+    import ct2_rounds
+
+    times = {("ctranslate2", 32): [9.0, 11.0], ("ctranslate2", 64): [12.0, 12.0],
+             ("fast", 32): [12.0, 12.0], ("fast", 64): [10.0, 11.0]}
+    quality = {key: {"bleu": 1.0, "chrf": 2.0} for key in times}
+    result = ct2_rounds.summarise(times, quality, {"fast": "--int8"}, [32, 64])
+    assert result["ctranslate2"]["batch"] == 32 and result["ctranslate2"]["mean_s"] == 10.0
+    mine = result["attnmt"]["fast"]
+    assert mine["batch"] == 64 and mine["mean_s"] == 10.5
+    assert mine["vs_ct2"] == round(10.0 / 10.5, 3) and mine["vs_ct2_rounds"] == [0.9, 1.0]
+    assert result["by_batch"]["64"]["fast"]["vs_ct2"] == round(12.0 / 10.5, 3)
+    assert result["by_batch"]["32"]["ctranslate2"] == 10.0
 
 
 def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
@@ -74,3 +93,4 @@ def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing" in err[0] and "config.yaml" in err[0]
     assert ct2_rounds.main(["--run", str(tmp_path), "--data", str(tmp_path), "--variant", "noequals"]) == 2
+    assert ct2_rounds.main(["--run", str(tmp_path), "--data", str(tmp_path), "--batch", "32,x"]) == 2
