@@ -59,9 +59,10 @@ What it does, on the machine it runs on:
    translation on all of them), ``ct2[TYPE-inter]`` with ``inter_threads`` = the race's threads
    and one thread each (OpenMP and MKL on one thread too: batches translated at once, as
    attnmt's ``--workers``; the faster layout on 2 vCPUs, docs/results/race.md "CTranslate2 on
-   this CPU"). Each is {translate_s, bleu, chrf, compute_type, intra_threads, inter_threads,
-   busy_threads, isa, cpu_s}; the ratio row's
-   ``ct2_best`` names the fastest. The same runs on **attnmt's own model** (``attnmt export
+   this CPU"), and in that layout also batches of 32 and 16 (``ct2[TYPE-inter-b32]``, ``-b16``:
+   CTranslate2 is fastest at 16-32 there, attnmt at 64). Each is {translate_s, batch, bleu, chrf,
+   compute_type, intra_threads, inter_threads, busy_threads, isa, cpu_s}; the ratio row's
+   ``ct2_best`` names the fastest (attnmt's side stays at 64, its own best on that box). The same runs on **attnmt's own model** (``attnmt export
    --format ctranslate2``, float32 weights, not timed) go under attnmt's ``ct2``: the same weights
    in both engines, so equal quality, which two models trained for the same budget are not
    (``ct2_same_model_best``, ``translate_speed_vs_ct2_same_model`` in the ratio row, and
@@ -312,6 +313,9 @@ def race_peer(peer: str, model: str, bin_dir: Path, data: Path, run_dir: Path, b
 
 
 CT2_LAYOUTS = ("intra", "inter")  # threads of one translation | translations at once, one thread each
+# sentences per batch: the race's 64 in both layouts; in "inter" also the sizes CTranslate2 is
+# fastest at on 2 vCPUs (16-32, 20-25 % faster than 64; docs/results/race.md), so ct2_best is its best
+CT2_BATCHES = (64, 32, 16)
 
 
 def ct2_threads(layout: str, threads: int) -> tuple[int, int]:
@@ -333,25 +337,26 @@ def race_ct2(peer: str, bin_dir: Path, ckpt: Path, data: Path, run_dir: Path, th
 
 def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir: Path, threads: int,
                      types: list[str], refs: list[str]) -> dict:
-    """One timed ``race_ct2.py translate`` process per compute type and thread layout of a
-    converted model (keys TYPE for "intra", TYPE-inter for "inter"), scored as the others."""
+    """One timed ``race_ct2.py translate`` process per compute type, thread layout and batch size
+    of a converted model (keys TYPE for "intra", TYPE-inter for "inter", -bN for batches of N
+    other than 64), scored as the others."""
     out = {}
-    for kind in types:
-        for layout in CT2_LAYOUTS:
-            name = kind if layout == "intra" else f"{kind}-inter"
+    for kind, layout in ((kind, layout) for kind in types for layout in CT2_LAYOUTS):
+        for batch in CT2_BATCHES if layout == "inter" else CT2_BATCHES[:1]:
+            name = (kind if layout == "intra" else f"{kind}-inter") + ("" if batch == 64 else f"-b{batch}")
             intra, inter = ct2_threads(layout, threads)
             hyp_sp = run_dir / f"test.ct2-{name}.hyp.sp"
             log = run_dir / f"ct2-{name}.log"
             # OpenMP/MKL on intra_threads per replica (the race's count: 4 busy threads, +25 % CPU)
             layout_env = {**env, "OMP_NUM_THREADS": str(intra), "MKL_NUM_THREADS": str(intra)}
             took = run([python, str(CT2_SCRIPT), "translate", str(ct2_dir), str(data / "test.sp.en"), str(hyp_sp),
-                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter), "--limit", CT2_LIMIT],
-                       log, layout_env)
+                        "--compute-type", kind, "--threads", str(intra), "--inter", str(inter), "--limit", CT2_LIMIT,
+                        "--batch", str(batch)], log, layout_env)
             info = json.loads(log.read_text(encoding="utf-8").strip().splitlines()[-1])
-            out[name] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1),
+            out[name] = {"translate_s": round(took, 1), "sent_s": round(len(refs) / took, 1), "batch": batch,
                          **scored_pieces(hyp_sp, data, refs), **info}
             print(f"  ctranslate2 {name} ({ct2_dir}): {took:.1f} s ({info['compute_type']}, intra_threads {intra}, "
-                  f"inter_threads {inter}, {info['busy_threads']} busy threads, ISA {info['isa']}, "
+                  f"inter_threads {inter}, batches of {batch}, {info['busy_threads']} busy threads, ISA {info['isa']}, "
                   f"{info['cpu_s']} CPU s)", flush=True)
     return out
 

@@ -190,3 +190,31 @@ def test_the_median_rate_ignores_a_disturbed_stretch():
     records = [(t, 25 * i, 2500 * i) for i, t in enumerate(times)]
     r = peer_race.rates(records, budget=10, steps=125, tokens=12500)
     assert r["tgt_tok_s"] == round(12500 / 9, 1) and r["tgt_tok_s_median"] == 2500.0
+
+
+def test_ctranslate2_runs_each_type_layout_and_batch_size(tmp_path, monkeypatch):
+    """Per compute type: one translation on all threads in batches of 64, and batches at once on
+    one thread each in batches of 64, 32 and 16 (CTranslate2's fastest on 2 vCPUs)."""
+    import json
+
+    import peer_race
+
+    commands = []
+
+    def fake_run(cmd, log, env):
+        commands.append(cmd)
+        Path(cmd[5]).write_text("a b\n", encoding="utf-8")  # the hypotheses in pieces
+        log.write_text(json.dumps({"compute_type": cmd[cmd.index("--compute-type") + 1], "busy_threads": 1,
+                                   "isa": "auto", "cpu_s": 1.0}) + "\n", encoding="utf-8")
+        return 10.0 if cmd[cmd.index("--batch") + 1] == "32" else 12.0
+
+    monkeypatch.setattr(peer_race, "run", fake_run)
+    monkeypatch.setattr(peer_race, "scored_pieces", lambda hyp, data, refs: {"bleu": 1.0, "chrf": 2.0})
+    out = peer_race.ct2_translations("python", {}, tmp_path / "ct2", tmp_path, tmp_path, 2, ["int8"], ["x"])
+    assert list(out) == ["int8", "int8-inter", "int8-inter-b32", "int8-inter-b16"]
+    assert [out[k]["batch"] for k in out] == [64, 64, 32, 16]
+    threads = [(c[c.index("--threads") + 1], c[c.index("--inter") + 1]) for c in commands]
+    assert threads == [("2", "1"), ("1", "2"), ("1", "2"), ("1", "2")]
+    row = {"attnmt": {"tgt_tok_s": 1.0, "translate_s": 11.0, "bleu": 1.0, "ct2": out},
+           "opennmt": {"tgt_tok_s": 1.0, "translate_s": 40.0, "bleu": 1.0}}
+    assert peer_race.ratios(row, "opennmt")["ct2_same_model_best"] == "int8-inter-b32"
