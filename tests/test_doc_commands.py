@@ -59,7 +59,7 @@ def _script_flags(path: Path) -> set[str]:
 # The text of one command: up to the end of its inline code span, its line (plus backslash
 # continuations), a shell separator, a comment, a redirection or the next command.
 _END = re.compile(r";|&&|\|\||\||\s#|\s>|(?<![\w/.-])attnmt\s|(?:benchmarks|experiments)/\w+\.py")
-_LONG = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*")
+_LONG = re.compile(r"(?<![\w=-])--[a-z0-9][a-z0-9-]*")  # not after "=": an option's value
 
 
 def _commands(pattern: re.Pattern, files: list[Path],
@@ -187,6 +187,7 @@ def test_the_checks_find_what_they_should(tmp_path):
     doc.write_text("`attnmt translate --model R --beam-size 5` and `attnmt analyse heatmaps --model R`\n"
                    "    attnmt train configs/x.yaml --out R \\\n        --max-step 3   # --resume\n"
                    "`python benchmarks/lstm_speed.py --round 5` `attnmt score --hyp \"$(head -n 1 F)\"`\n"
+                   "`attnmt average --model R --out x=--y`\n"
                    "`python benchmarks/no_such.py` and attnmt is a toolkit --beam\n", encoding="utf-8")
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "lstm_speed.py").write_text(
@@ -195,13 +196,14 @@ def test_the_checks_find_what_they_should(tmp_path):
     assert rests["translate"] == ["--model", "--beam-size"]
     assert rests["train"] == ["--out", "--max-step"]  # the continuation line is read, the comment not
     assert rests["score"] == ["--hyp"]  # not head's -n
+    assert rests["average"] == ["--model", "--out"]  # --y is --out's value, not an option
     bad, checked = _attnmt_problems([doc], tmp_path)
     assert bad == ["README.md:1: attnmt translate has no --beam-size",
                    "README.md:1: attnmt analyse heatmaps: no such sub-command",
-                   "README.md:2: attnmt train has no --max-step"] and checked == 3
+                   "README.md:2: attnmt train has no --max-step"] and checked == 4
     bad, _ = _script_problems([doc], tmp_path)
     assert bad == ["README.md:4: benchmarks/lstm_speed.py has no --round",
-                   "README.md:5: benchmarks/no_such.py does not exist"]
+                   "README.md:6: benchmarks/no_such.py does not exist"]
     (tmp_path / "docs" / "results").mkdir(parents=True)
     (tmp_path / "docs" / "DATA.md").write_text("", encoding="utf-8")
     note = tmp_path / "docs" / "results" / "x.md"
