@@ -12,6 +12,10 @@ search's cache grows at every step, so each step would compile anew) and for dyn
 graph for every length and row count, what a search could use; compiled at two lengths, timed
 at (a)'s). The compile times count too: a whole translate command at d 256 takes ~11-14 s.
 
+``--measure rows``: the same products' µs per call by the bf16, dynamic int8 and a plain float32
+product (``addmm``, the weight transposed) at 5 to 320 rows: where oneDNN's fixed cost per call
+takes over (a batch's last sentences, a one-sentence request).
+
 ``--measure int8``: the search's products at 320 rows by three kernels: bfloat16 with the weight
 packed for oneDNN (the default search), torch's dynamic int8 product (``--int8``), and oneDNN's
 int8 product on an activation rounded to 8 bits beforehand (``onednn.qlinear_pointwise``, which
@@ -20,6 +24,7 @@ uses AMX's int8 tiles where the CPU has them); ms per call, the best of 5 × 40 
     python benchmarks/search_ceilings.py --measure compile --run exp/race-tf/transformer-256/attnmt \
         --data exp/race-tf/data
     python benchmarks/search_ceilings.py --measure int8 --hidden 256
+    python benchmarks/search_ceilings.py --measure rows --hidden 256
 
 Prints one JSON line per measurement and a one-line summary.
 """
@@ -182,8 +187,9 @@ def product_kernels(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict:
         return torch.ops.onednn.qlinear_pointwise(xq, step, zero, qw, scale, zeros, b, 1.0, 0,
                                                   torch.float32, "none", [], "")
 
+    w_t = w.t().contiguous()  # (in, out): the layout a plain product of few rows reads fastest
     return {"bf16": lambda: packed.linear(x, bf16, b), "dynamic_int8": lambda: packed.linear(x, int8, b),
-            "onednn_int8": onednn_int8}
+            "onednn_int8": onednn_int8, "float32_plain": lambda: torch.addmm(b, x, w_t)}
 
 
 def measure_int8(args) -> dict:
@@ -202,13 +208,33 @@ def measure_int8(args) -> dict:
     return {"measure": "int8", "hidden": D, "amx": packed.amx_tiles(), "products": rows}
 
 
+def measure_rows(args) -> dict:
+    """Microseconds per call of the search's products by kernel as the rows shrink (a batch's last
+    sentences, a one-sentence request): where each kernel's fixed cost per call takes over."""
+    D = args.hidden
+    shapes = {"qkv": (D, 3 * D), "o": (D, D), "ff1": (D, 4 * D), "ff2": (4 * D, D), "output": (D, VOCAB)}
+    g = torch.Generator().manual_seed(0)
+    table: dict = {}
+    with torch.no_grad():
+        for name, (inp, out) in shapes.items():
+            w, b = torch.randn(out, inp, generator=g) * inp**-0.5, torch.randn(out, generator=g) * 0.1
+            for rows in ROW_COUNTS:
+                kernels = product_kernels(torch.randn(rows, inp, generator=g), w, b)
+                table.setdefault(name, {})[rows] = {k: round(best_ms(kernels[k], calls=100) * 1e3, 1)
+                                                    for k in ("bf16", "dynamic_int8", "float32_plain")}
+    return {"measure": "rows", "hidden": D, "us_per_call": table}
+
+
+ROW_COUNTS = (5, 10, 20, 40, 80, 160, 320)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--measure", choices=("compile", "int8"), required=True)
+    ap.add_argument("--measure", choices=("compile", "int8", "rows"), required=True)
     ap.add_argument("--run", help="a trained attnmt Transformer run (--measure compile)")
     ap.add_argument("--data", help="peer_race.py's data folder: test.en, spm.en.model (--measure compile)")
     ap.add_argument("--words", type=int, default=20, help="source pieces of the sentences searched")
-    ap.add_argument("--hidden", type=int, default=256, help="model size (--measure int8)")
+    ap.add_argument("--hidden", type=int, default=256, help="model size (--measure int8, rows)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.measure == "compile":
@@ -221,6 +247,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{result['plain_compiled_static_ms']} ms ({result['compile_static_s']} s to compile), for dynamic "
               f"shapes {result['plain_compiled_dynamic_ms']} ms ({result['compile_dynamic_s']} s): the dynamic one "
               f"at {result['dynamic_vs_attnmt']}x attnmt's rate")
+    elif args.measure == "rows":
+        result = measure_rows(args)
+        print(json.dumps(result))
+        print("summary (µs, bf16 / dynamic int8 / float32 plain): " + "; ".join(
+            f"{name} " + " ".join(f"{r}:{v['bf16']}/{v['dynamic_int8']}/{v['float32_plain']}" for r, v in rows.items())
+            for name, rows in result["us_per_call"].items()))
     else:
         result = measure_int8(args)
         print(json.dumps(result))

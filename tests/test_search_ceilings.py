@@ -42,6 +42,19 @@ def test_int8_measure_times_three_kernels_per_shape(capsys, monkeypatch):
     assert out[1].startswith("summary: qkv bf16")
 
 
+def test_rows_measure_times_three_kernels_at_every_row_count(capsys, monkeypatch):
+    import search_ceilings
+
+    monkeypatch.setattr(search_ceilings, "VOCAB", 64)
+    monkeypatch.setattr(search_ceilings, "ROW_COUNTS", (3, 7))
+    monkeypatch.setattr(search_ceilings, "best_ms", lambda fn, calls=40, repeats=5: fn() is not None and 0.25)
+    assert search_ceilings.main(["--measure", "rows", "--hidden", "32"]) == 0
+    result = json.loads(capsys.readouterr().out.splitlines()[0])
+    table = result["us_per_call"]
+    assert set(table) == {"qkv", "o", "ff1", "ff2", "output"} and all(set(rows) == {"3", "7"} for rows in table.values())
+    assert table["output"]["7"] == {"bf16": 250.0, "dynamic_int8": 250.0, "float32_plain": 250.0}
+
+
 def test_plain_step_reads_its_cache_and_returns_log_probabilities():
     import search_ceilings
 
