@@ -14,7 +14,9 @@ measured with saved_tensors_hooks: exact and independent of machine load), plus 
 
 placement "reference": the paper's best setting — the variant in encoder self-attention and
 cross-attention of the lower 3 layers, standard decoder self-attention (relative: encoder only).
-placement "all": the variant in every attention of every layer (worst case).
+placement "all": the variant in every attention of every layer (worst case). A variant named
+"NAME+paper" is NAME with the authors' preset (``model.window_preset: paper``), e.g.
+``window-add-seg+paper``.
 
 ``--as-trainer``: the step as ``attnmt train`` takes it on a CPU, so that the ratio is the
 trainer's: the model's own loss (``token_loss``: the output layer and the label-smoothed loss
@@ -37,6 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from attnmt.attention.window import PRESETS
 from attnmt.config import Config, ModelConfig
 from attnmt.kernels import packed
 from attnmt.models import build_model
@@ -45,8 +48,13 @@ VARIANTS = ["standard", "relative", "localness", "window-mul", "window-add", "wi
 
 
 def make_model(args, variant: str, device):
+    """The Transformer with ``variant`` placed as ``args.placement`` says; "NAME+paper": NAME with
+    the authors' preset (attention/window.py PRESETS["paper"], as model.window_preset: paper)."""
+    variant, _, preset = variant.partition("+")
     cfg = Config(model=ModelConfig(type="transformer"))
     m = cfg.model
+    for key, value in PRESETS[preset or "none"].items():
+        setattr(m, key, value)
     m.layers, m.hidden, m.heads, m.ff, m.dropout = args.layers, args.hidden, args.heads, args.ff, 0.1
     m.attention_layers = min(3, args.layers) if args.placement == "reference" else 0
     m.enc_self_attention = variant

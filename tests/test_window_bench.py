@@ -45,3 +45,18 @@ def test_report_has_a_ratio_per_variant(capsys, monkeypatch):
     assert result["variants"]["standard"]["time_ratio"] == 1.0
     assert result["variants"]["window-mul"]["time_ratio"] > 0 and result["variants"]["window-mul"]["memory_ratio"] > 0
     assert lines[1].startswith("summary: standard 1.00x")
+
+
+def test_a_plus_paper_variant_is_the_authors_preset():
+    import argparse
+
+    import window_attention
+    from attnmt.attention.window import InputPointers
+
+    args = argparse.Namespace(layers=1, hidden=16, heads=2, ff=32, vocab=20, placement="reference")
+    model = window_attention.make_model(args, "window-add-seg+paper", torch.device("cpu"))
+    attn = model.encoder.layers[0].self_attn
+    assert attn.variant == "window-add-seg" and isinstance(attn.pointers, InputPointers)
+    assert attn.unit.options.mask == "sum" and attn.unit.options.segment == 5
+    plain = window_attention.make_model(args, "window-add-seg", torch.device("cpu")).encoder.layers[0].self_attn
+    assert not isinstance(plain.pointers, InputPointers) and plain.unit.options.segment == 3
