@@ -59,8 +59,8 @@ What it does, on the machine it runs on:
    translation on all of them), ``ct2[TYPE-inter]`` with ``inter_threads`` = the race's threads
    and one thread each (OpenMP and MKL on one thread too: batches translated at once, as
    attnmt's ``--workers``; the faster layout on 2 vCPUs, docs/results/race.md "CTranslate2 on
-   this CPU"), and in that layout also batches of 32 and 16 (``ct2[TYPE-inter-b32]``, ``-b16``:
-   CTranslate2 is fastest at 16-32 there, attnmt at 64). Each is {translate_s, batch, bleu, chrf,
+   this CPU"), and in that layout with int8 also batches of 32 and 16 (``ct2[int8-inter-b32]``,
+   ``-b16``: CTranslate2 is fastest at 16-32 there, attnmt at 64). Each is {translate_s, batch, bleu, chrf,
    compute_type, intra_threads, inter_threads, busy_threads, isa, cpu_s}; the ratio row's
    ``ct2_best`` names the fastest (attnmt's side stays at 64, its own best on that box). The same runs on **attnmt's own model** (``attnmt export
    --format ctranslate2``, float32 weights, not timed) go under attnmt's ``ct2``: the same weights
@@ -313,8 +313,9 @@ def race_peer(peer: str, model: str, bin_dir: Path, data: Path, run_dir: Path, b
 
 
 CT2_LAYOUTS = ("intra", "inter")  # threads of one translation | translations at once, one thread each
-# sentences per batch: the race's 64 in both layouts; in "inter" also the sizes CTranslate2 is
-# fastest at on 2 vCPUs (16-32, 20-25 % faster than 64; docs/results/race.md), so ct2_best is its best
+# sentences per batch: the race's 64 in both layouts; in "inter" with int8 (its fastest compute type
+# on these CPUs) also the sizes CTranslate2 is fastest at on 2 vCPUs (16-32, 20-40 % faster than 64;
+# docs/results/race.md), so ct2_best is CTranslate2 at its best
 CT2_BATCHES = (64, 32, 16)
 
 
@@ -342,7 +343,7 @@ def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir:
     other than 64), scored as the others."""
     out = {}
     for kind, layout in ((kind, layout) for kind in types for layout in CT2_LAYOUTS):
-        for batch in CT2_BATCHES if layout == "inter" else CT2_BATCHES[:1]:
+        for batch in CT2_BATCHES if layout == "inter" and kind.startswith("int8") else CT2_BATCHES[:1]:
             name = (kind if layout == "intra" else f"{kind}-inter") + ("" if batch == 64 else f"-b{batch}")
             intra, inter = ct2_threads(layout, threads)
             hyp_sp = run_dir / f"test.ct2-{name}.hyp.sp"
