@@ -27,23 +27,31 @@ def _corpus(folder: Path) -> None:
             (folder / f"{split}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
 
 
-def test_rounds_time_both_engines_on_the_same_weights(tmp_path, capsys, monkeypatch):
-    import ct2_rounds
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> tuple[Path, Path]:
+    """(run, data): a tiny Transformer trained on the race's data step of a small corpus."""
     import peer_race
 
     from attnmt.cli.main import main as attnmt
 
-    _corpus(tmp_path / "src")
-    data = peer_race.prepare_data(tmp_path / "src", tmp_path / "data", max_train=300, max_eval=12)
-    run = tmp_path / "run"
+    root = tmp_path_factory.mktemp("race")
+    _corpus(root / "src")
+    data = peer_race.prepare_data(root / "src", root / "data", max_train=300, max_eval=12)
+    run = root / "run"
     sets = [f"data.train={data / 'train'}", f"data.src_spm={data / 'spm.en.model'}",
             f"data.tgt_spm={data / 'spm.es.model'}", "model.layers=1", "model.hidden=32", "model.heads=2",
             "model.ff=64", "train.batch_size=400", "train.max_steps=20", "train.warmup=5", "train.threads=1",
             "train.epochs=5"]
     config = Path(__file__).resolve().parent.parent / "configs" / "race-transformer.yaml"
     assert attnmt(["train", str(config), "--out", str(run), *[a for s in sets for a in ("--set", s)]]) == 0
-    capsys.readouterr()
+    return run, data
 
+
+def test_rounds_time_both_engines_on_the_same_weights(tiny_run, capsys, monkeypatch):
+    import ct2_rounds
+
+    run, data = tiny_run
+    capsys.readouterr()
     commands, plain_run = [], ct2_rounds.run
     monkeypatch.setattr(ct2_rounds, "run", lambda cmd, *rest: commands.append(cmd) or plain_run(cmd, *rest))
     code = ct2_rounds.main(["--run", str(run), "--data", str(data), "--rounds", "1", "--threads", "1",
@@ -94,3 +102,21 @@ def test_a_missing_run_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "missing" in err[0] and "config.yaml" in err[0]
     assert ct2_rounds.main(["--run", str(tmp_path), "--data", str(tmp_path), "--variant", "noequals"]) == 2
     assert ct2_rounds.main(["--run", str(tmp_path), "--data", str(tmp_path), "--batch", "32,x"]) == 2
+
+
+def test_latency_translates_one_sentence_at_a_time_in_both_engines(tiny_run, capsys):
+    import latency_ct2
+
+    run, data = tiny_run
+    capsys.readouterr()
+    assert latency_ct2.main(["--run", str(run), "--data", str(data), "--lines", "6"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(out[-1])
+    assert result["lines"] == 6 and (run / "ct2" / "model.bin").is_file()
+    for engine in ("attnmt", "ctranslate2"):
+        r = result[engine]
+        assert 0 < r["median_ms"] <= r["p90_ms"] and r["mean_ms"] > 0 and r["words"] >= 0  # a tiny model may write nothing
+    assert result["median_ratio"] == pytest.approx(result["ctranslate2"]["median_ms"] / result["attnmt"]["median_ms"],
+                                                   rel=0.05)
+    assert out[0].startswith("attnmt ") and "CTranslate2" in out[0]
+    assert latency_ct2.main(["--run", str(run / "nothing"), "--data", str(data)]) == 2
