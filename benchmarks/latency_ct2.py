@@ -4,13 +4,15 @@ Translator on the same weights (a server's latency per request, without the HTTP
     python benchmarks/latency_ct2.py --run exp/race-tf/transformer-256/attnmt --data exp/race-tf/data
         [--lines 200] [--threads 1] [--compute-type int8] [--int8]
 
-Both engines are loaded once in this process (attnmt: ``attnmt.load(RUN)``, beam 5, bfloat16 where
-the CPU has it, ``--int8``: its 8-bit products; CTranslate2: ``--compute-type``, beam 5, attnmt's
-length rule 2|x| + 10, on RUN/ct2, exported from the run's last checkpoint by
-``attnmt export --format ctranslate2`` when missing), each on ``--threads`` threads, and translate the first
+Both engines are loaded once in this process, each on ``--threads`` threads (attnmt:
+``attnmt.load(RUN)``, beam 5, bfloat16 where the CPU has it, ``--int8``: its 8-bit products;
+CTranslate2: ``--compute-type``, beam 5, attnmt's length rule 2|x| + 10), and translate the first
 ``--lines`` test sentences one request each, the engines taking turns sentence by sentence so
-that the machine's drift hits both alike. Reports per engine the median, 90th percentile and
-mean milliseconds per request and the words written; the last line is JSON.
+that the machine's drift hits both alike. CTranslate2 reads RUN/ct2, made when missing from the
+run's last checkpoint by ``attnmt export --format ctranslate2``.
+
+Reports per engine the median, 90th percentile and mean milliseconds per request and the words
+written; the last line is JSON.
 """
 
 from __future__ import annotations
