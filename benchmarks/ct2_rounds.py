@@ -85,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[tuple[str, int], list[float]] = {(e, b): [] for e in engines for b in batches}
     quality: dict[tuple[str, int], dict] = {}
     try:
-        ct2_dir = run_dir / "ct2"
-        if not (ct2_dir / "model.bin").is_file():
-            run([sys.executable, "-m", "attnmt", "export", "--format", "ctranslate2", "--model", str(run_dir),
-                 "--out", str(ct2_dir), "--checkpoint", "last", "--force"], work / "export.log", env)
+        ct2_dir = exported(run_dir, work / "export.log", env)
         for r in range(1, args.rounds + 1):
             for b in batches:
                 tag = f"{r}" if len(batches) == 1 else f"b{b}.{r}"
@@ -126,6 +123,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{min(rounds):.2f}-{max(rounds):.2f}x), BLEU {mine['bleu']} vs {ct2['bleu']}", flush=True)
     print(json.dumps(result))
     return 0
+
+
+def exported(run_dir: Path, log: Path, env: dict) -> Path:
+    """RUN/ct2: the run's last checkpoint as a CTranslate2 model, exported (not timed) when missing;
+    a RaceError naming ``log`` when the export fails."""
+    ct2_dir = run_dir / "ct2"
+    if not (ct2_dir / "model.bin").is_file():
+        run([sys.executable, "-m", "attnmt", "export", "--format", "ctranslate2", "--model", str(run_dir),
+             "--out", str(ct2_dir), "--checkpoint", "last", "--force"], log, env)
+    return ct2_dir
 
 
 def summarise(times: dict, quality: dict, variants: dict, batches: list[int]) -> dict:

@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ct2_rounds import exported  # noqa: E402
+from peer_race import attnmt_env  # noqa: E402
+from race_peers import RaceError  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -63,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     import attnmt
     from attnmt.decode.options import SearchOptions
 
-    ct2_dir = run_dir / "ct2"
-    if not (ct2_dir / "model.bin").is_file():
-        subprocess.run([sys.executable, "-m", "attnmt", "export", "--format", "ctranslate2", "--model", str(run_dir),
-                        "--out", str(ct2_dir), "--checkpoint", "last", "--force"], check=True, capture_output=True)
+    try:
+        ct2_dir = exported(run_dir, run_dir / "ct2_export.log", attnmt_env(args.threads))
+    except RaceError as err:
+        print(f"latency_ct2: error: {err}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     model = attnmt.load(run_dir, checkpoint="last", device="cpu")
     options = SearchOptions(beam=5, precision="auto", int8=args.int8, workers=1)
