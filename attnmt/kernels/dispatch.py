@@ -23,7 +23,8 @@ from torch import nn
 IMPLEMENTS = ()  # no definition: the registry
 
 # the kernel modules that declare KERNELS
-MODULES = ("lstm_steps", "attention_steps", "local_decoding", "fused_loss", "fused_rnn", "packed", "kv_cache")
+MODULES = ("lstm_steps", "attention_steps", "local_decoding", "fused_loss", "fused_rnn", "packed", "kv_cache",
+           "transformer_search")
 
 
 @dataclass(frozen=True)

@@ -251,23 +251,28 @@ def one_query_attention(attn, queries: torch.Tensor, state: KVBuffer) -> torch.T
     and closer to float32: half the mean error of the two products on random keys).
     queries (rows, H, 1, d_h) -> (rows, 1, D)."""
     b = state.buffers
-    if b.layout == "low" and _AMX:
-        # torch's bfloat16 SDPA over the first t positions: on AMX tiles 1.2-1.9x the two products
-        # below (320 rows, d 256, t 5-77, one thread of an Intel Xeon); without AMX it is not measured
-        k, v = b.tensors["k"][: state.rows, :, : state.length], b.tensors["v"][: state.rows, :, : state.length]
-        out = F.scaled_dot_product_attention(queries.to(torch.bfloat16), k, v, scale=attn.scale)
-        return attn.o(attn._merge(out.float()))
     if b.layout == "low":
-        k, v = b.tensors["k"][: state.rows], b.tensors["v"][: state.rows]  # (rows, H, T_cap, d)
-        scores = torch.matmul(queries.to(torch.bfloat16), k.transpose(2, 3)).float().mul_(attn.scale)
-        if state.length < b.cap:
-            scores[..., state.length :] = float("-inf")
-        weights = torch.softmax(scores, dim=-1).to(torch.bfloat16)
-        return attn.o(attn._merge(torch.matmul(weights, v).float()))
+        return attn.o(attn._merge(low_context(queries.to(torch.bfloat16), state, attn.scale).float()))
     k = b.view("k", state.rows, 0, state.length).permute(1, 2, 3, 0)  # (rows, H, d, t)
     v = b.view("v", state.rows, 0, state.length).permute(1, 2, 0, 3)  # (rows, H, t, d)
     weights = torch.softmax(torch.matmul(queries, k).mul_(attn.scale), dim=-1)
     return attn.o(attn._merge(torch.matmul(weights, v)))
+
+
+def low_context(queries: torch.Tensor, state: KVBuffer, scale: float) -> torch.Tensor:
+    """``one_query_attention``'s context in the bfloat16 layout, before W_o: queries (rows, H, 1,
+    d_h) bfloat16 -> (rows, H, 1, d_h) bfloat16."""
+    b = state.buffers
+    if _AMX:
+        # torch's bfloat16 SDPA over the first t positions: on AMX tiles 1.2-1.9x the two products
+        # below (320 rows, d 256, t 5-77, one thread of an Intel Xeon); without AMX it is not measured
+        k, v = b.tensors["k"][: state.rows, :, : state.length], b.tensors["v"][: state.rows, :, : state.length]
+        return F.scaled_dot_product_attention(queries, k, v, scale=scale)
+    k, v = b.tensors["k"][: state.rows], b.tensors["v"][: state.rows]  # (rows, H, T_cap, d)
+    scores = torch.matmul(queries, k.transpose(2, 3)).float().mul_(scale)
+    if state.length < b.cap:
+        scores[..., state.length :] = float("-inf")
+    return torch.matmul(torch.softmax(scores, dim=-1).to(torch.bfloat16), v)
 
 
 class SharedKeys:
@@ -314,6 +319,15 @@ class SharedKeys:
                                     for n, t in self.keys.items()})
         return self._laid_out[1]
 
+    def low_context(self, queries: torch.Tensor, scale: float) -> torch.Tensor:
+        """``attend``'s context in a bfloat16 search, before W_o: an entry's rows as one block of
+        queries (E, H, rows, d_h) bfloat16 -> (E, H, rows, d_h) bfloat16. The scores and context
+        as the search's other products, of bfloat16 operands (~0.6x SDPA's float32 time at 64
+        sentences × 5 rows, 40 keys)."""
+        k_t, v = self.low()
+        scores = torch.matmul(queries, k_t).float().mul_(scale).add_(self.bias(torch.float32))
+        return torch.matmul(torch.softmax(scores, dim=-1).to(torch.bfloat16), v)
+
     def repeated(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """(keys, mask) with every entry repeated ``rows`` times: the definition's memory."""
         if self.rows == 1:
@@ -341,11 +355,7 @@ class SharedKeys:
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
         q = q.view(E, self.rows, H, d).transpose(1, 2)  # (E, H, rows, d_h): an entry's rows as queries
         if bf16_search_on(attn, q):
-            # a bfloat16 search: the scores and context as its other products, of bfloat16
-            # operands (~0.6x SDPA's float32 time at 64 sentences × 5 rows, 40 keys)
-            k_t, v = self.low()
-            scores = torch.matmul(q.to(torch.bfloat16), k_t).float().mul_(attn.scale).add_(self.bias(q.dtype))
-            out = torch.matmul(torch.softmax(scores, dim=-1).to(torch.bfloat16), v).float()
+            out = self.low_context(q.to(torch.bfloat16), attn.scale).float()
         else:
             out = F.scaled_dot_product_attention(q, self.keys["k"], self.keys["v"],
                                                  attn_mask=self.bias(q.dtype))

@@ -170,14 +170,22 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) 
     if (not _MKLDNN or x.device.type != "cpu" or x.dtype != torch.float32
             or any(bool(lin.int8_search and INT8) != int8 or lin.bf16_search != low for lin in linears)):
         return [lin(x) for lin in linears]
+    w, bias = stacked(linears)
+    return list(linear(x, w, bias).split(sizes, dim=-1))
+
+
+def stacked(linears: tuple[PackedLinear, ...] | list[PackedLinear]) -> tuple[Packed, torch.Tensor]:
+    """The maps' weights and biases stacked and packed for ``linear`` in the first map's search
+    precision (``products`` without autograd; the maps PackedLinear with biases, all of one
+    precision), kept by kernels/cache.py."""
+    low, int8 = linears[0].bf16_search, bool(linears[0].int8_search and INT8)
     sources = [t for lin in linears for t in (lin.weight, lin.bias)]
     # kept on the first map under the count: project_self stacks on W_q its 3 maps + a variant's
     # key-side maps (+ its query-side ones while the variant is on): different counts. The entry's
     # key holds every stacked tensor's pointer and version, so another set of the same count on
     # the same first map is packed again, never read stale.
-    w, bias = derived(linears[0], f"stacked_{len(linears)}", sources, lambda: _stacked(linears, low, int8),
-                      (low, int8))
-    return list(linear(x, w, bias).split(sizes, dim=-1))
+    return derived(linears[0], f"stacked_{len(linears)}", sources, lambda: _stacked(linears, low, int8),
+                   (low, int8))
 
 
 def _stacked(linears, low: bool, int8: bool = False) -> tuple[Packed, torch.Tensor]:
@@ -279,19 +287,27 @@ def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torc
     if w.packed is not None and w.packed.dtype == torch.float32 and _small(x, w):
         return F.linear(x, w.weight, bias)
     if w.packed is not None and w.packed.dtype == torch.bfloat16 and x.dtype == torch.float32:
-        # the bias joins the product (oneDNN adds it to the float32 sums before the one rounding
-        # of the result): adding it afterwards in float32 was a whole extra pass over the output,
-        # ~1 ms a search step for the output layer of 320 hypotheses × 8,000 words
-        if bias is None:
-            b = None
-        elif w.low_bias is not None and w.low_bias[0] is bias:  # the bias it was packed with
-            b = w.low_bias[1]
-        else:
-            b = bias.to(torch.bfloat16)
-        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, "none", [], "").float()
+        return linear_low(x, w, bias).float()
     if w.packed is not None and x.dtype == torch.float32:
         return torch.ops.mkldnn._linear_pointwise(x, w.packed, bias, "none", [], "")
     return F.linear(x, w.weight, bias)
+
+
+def linear_low(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x Wᵀ + b as bfloat16, for x (..., in) float32 or bfloat16 and ``w`` packed in bfloat16:
+    what ``linear`` returns before its conversion to float32 (oneDNN rounds the float32 sums once
+    into its bfloat16 result, so ``linear`` of the same x is this, converted exactly). For a
+    caller whose next product rounds that result to bfloat16 again (kernels/transformer_search.py)."""
+    # the bias joins the product (oneDNN adds it to the float32 sums before the one rounding of
+    # the result): adding it afterwards in float32 was a whole extra pass over the output, ~1 ms
+    # a search step for the output layer of 320 hypotheses × 8,000 words
+    if bias is None:
+        b = None
+    elif w.low_bias is not None and w.low_bias[0] is bias:  # the bias it was packed with
+        b = w.low_bias[1]
+    else:
+        b = bias.to(torch.bfloat16)
+    return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, "none", [], "")
 
 
 def relu_chain(x: torch.Tensor, first: PackedLinear, second: PackedLinear) -> torch.Tensor | None:

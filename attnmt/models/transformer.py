@@ -42,6 +42,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.kernels import dropout as dropout_kernel
+from attnmt.kernels import transformer_search
 from attnmt.kernels.cache import growing
 from attnmt.kernels.fused_loss import linear_cross_entropy
 from attnmt.kernels.kv_cache import (
@@ -329,7 +330,13 @@ class Transformer(nn.Module):
         h, _, _ = self.decoder(self.tgt_embed(tgt_in), None, True, None, 0, enc["cross"], enc["mask"])
         return _output_loss(self.output, h, tgt_out, smoothing)
 
+    # a search step through kernels/transformer_search.py where it applies (False: the definition's)
+    search_kernel = True
+
     def step(self, prefix, state, enc, need_weights: bool = False):
+        fast = transformer_search.plan_for(self, state, enc, need_weights) if self.search_kernel else None
+        if fast is not None:  # the same logits, bfloat16 results handed on as they are
+            return transformer_search.step(self, prefix, state, enc, fast)
         t = prefix.size(1) - 1  # position of the token fed now
         logits, weights, caches = self.decode(prefix[:, -1:], enc, state["layers"], t, need_weights)
         return logits[:, 0], {"layers": caches}, (weights[:, 0] if weights is not None else None)

@@ -1,0 +1,133 @@
+"""A search step of the Transformer decoder in a bfloat16 search on the CPU: ``Transformer.step``
+(models/transformer.py) for a pre-norm decoder of standard attention, bit for bit the same
+logits, with less work between its products.
+
+The definition's step, in a bfloat16 search, takes every product through ``PackedLinear`` and
+``kv_cache``: each product's bfloat16 result comes back as float32 and the next product rounds it
+to bfloat16 again. Those are exact round trips (a bfloat16 number is a float32 one), so this step
+hands the bfloat16 results on as they are:
+
+    Q, K, V = W_qkv LN(x)          bfloat16, written to the key buffers / attended as they are
+    x += W_o SelfAttention(Q)      the context (bfloat16) straight into W_o
+    x += W_o' CrossAttention(W_q' LN(x))   the queries and the context likewise
+    x += W_2 ReLU(W_1 LN(x))       packed.relu_chain, as the definition
+    logits = W_out LN_final(x)
+
+and it takes the per-layer work that depends on no row (finding each map's packed weight, the
+definition's checks of variants, masks and layouts, module calls) once per search: ``plan``
+builds it at the first step and the state carries it. Per layer and step that is six
+conversions (R × 5D elements) and ~60 Python-level calls fewer. The arithmetic is the
+definition's: the same packed weights (``packed.stacked``, ``PackedLinear._packed``), the same
+attention kernels (``kv_cache.low_context``, ``SharedKeys.low_context``), the same order of
+additions. At a search's first step (one row per sentence: ``SharedKeys.attend`` takes the
+definition there) cross-attention is the definition's own call.
+
+Elsewhere (float32 or int8 maps, a variant, post-norm, attention weights asked for, the
+definition's dict states or autograd) ``Transformer.step`` is the definition.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnmt.kernels import packed
+from attnmt.kernels.dispatch import Kernel
+from attnmt.kernels.kv_cache import KVBuffer, SharedMemory, low_context
+
+IMPLEMENTS = ("attnmt.models.transformer.Transformer",)
+
+
+class Plan:
+    """What a search step of each decoder layer reads that depends on no row: its norms, its maps'
+    bfloat16 packed weights with their biases, its head sizes. Made at a search's first step
+    (``plan``) and passed on in the state, which ``select_batch`` / ``repeat_rows`` leave as it is."""
+
+    def __init__(self, layers: list[dict]):
+        self.layers = layers
+
+
+def supports(model: nn.Module) -> tuple[bool, str]:
+    """Whether this step can take the model's search (its structure; the precision is the search's)."""
+    if not model.decoder.layers[0].pre:
+        return False, "post-norm layers"
+    for layer in model.decoder.layers:
+        for attn in (layer.self_attn, layer.cross_attn):
+            if attn.use_variant:
+                return False, f"the {attn.variant} variant changes the scores"
+    return True, ""
+
+
+def _maps(layer: nn.Module) -> list[nn.Module]:
+    return [layer.self_attn.q, layer.self_attn.k, layer.self_attn.v, layer.self_attn.o,
+            layer.cross_attn.q, layer.cross_attn.o, layer.ff.w1, layer.ff.w2]
+
+
+def plan_for(model: nn.Module, state: dict, enc, need_weights: bool) -> Plan | None:
+    """The state's plan, or a new one where this step applies to the search; None where the
+    definition's step must run."""
+    kept = state.get("plan")
+    if kept is not None:
+        return kept
+    if (need_weights or model.training or torch.is_grad_enabled() or not isinstance(enc, SharedMemory)
+            or not state["layers"] or not all(isinstance(c, KVBuffer) for c in state["layers"])
+            or enc.out.device.type != "cpu" or not supports(model)[0]):
+        return None
+    if not all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search
+               and m.weight.dtype == torch.float32 for layer in model.decoder.layers for m in _maps(layer)):
+        return None
+    return plan(model)
+
+
+def plan(model: nn.Module) -> Plan | None:
+    """Every decoder layer's packed maps (None where one is not packed in bfloat16: no oneDNN)."""
+    layers = []
+    for layer in model.decoder.layers:
+        sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
+        qkv, qkv_bias = packed.stacked((sa.q, sa.k, sa.v))
+        maps = {"qkv": (qkv, qkv_bias), "o": (sa.o._packed(), sa.o.bias),
+                "cq": (ca.q._packed(), ca.q.bias), "co": (ca.o._packed(), ca.o.bias)}
+        if any(w.packed is None or w.packed.dtype != torch.bfloat16 for w, _ in maps.values()):
+            return None
+        layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "ff": ff,
+                       "self": sa, "cross": ca})
+    return Plan(layers)
+
+
+def _norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory, plan: Plan):
+    """``Transformer.step(prefix, state, enc)`` (no weights): logits (rows, V), the next state."""
+    t = prefix.size(1) - 1
+    x = model.tgt_embed(prefix[:, -1:], t)  # (R, 1, D)
+    R, _, D = x.shape
+    caches = []
+    for layer, cache, memory in zip(plan.layers, state["layers"], enc.cross):
+        self_norm, cross_norm, ff_norm = layer["norms"]
+        sa, ca = layer["self"], layer["cross"]
+        H, d = sa.heads, sa.head_dim
+        qkv = packed.linear_low(_norm(x, self_norm), *layer["qkv"])  # (R, 1, 3D) bfloat16
+        q, k, v = qkv.view(R, 1, 3, H, d).permute(2, 0, 3, 1, 4)  # each (R, H, 1, d)
+        _, cache = cache.extend({"k": k, "v": v}, one_query=True, low=True)
+        caches.append(cache)
+        context = low_context(q, cache, sa.scale).transpose(1, 2).reshape(R, 1, D)
+        x = x + packed.linear_low(context, *layer["o"]).float()
+        h = _norm(x, cross_norm)
+        if memory.rows == 1:  # a search's first step: the definition's own cross-attention
+            x = x + memory.attend(ca, h, False, None)[0]
+        else:
+            E = R // memory.rows
+            queries = packed.linear_low(h, *layer["cq"]).view(E, memory.rows, H, d).transpose(1, 2)
+            context = memory.low_context(queries, ca.scale).transpose(1, 2).reshape(R, 1, D)
+            x = x + packed.linear_low(context, *layer["co"]).float()
+        x = x + layer["ff"](_norm(x, ff_norm))  # packed.relu_chain
+    logits = model.output(model.decoder.final_norm(x))
+    return logits[:, 0], {"layers": caches, "plan": plan}, None
+
+
+KERNELS = (Kernel("transformer_search.step", "search step", "attnmt.models.transformer.Transformer",
+                  "pre-norm, standard attention, a bfloat16 search on the CPU (elsewhere the definition's step)",
+                  supports, ("cpu",), step),)

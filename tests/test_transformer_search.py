@@ -1,0 +1,131 @@
+"""kernels/transformer_search.py: a bfloat16 search step of the Transformer decoder gives the
+definition's logits bit for bit, so the same hypotheses and scores, in beam and greedy search,
+with sentences leaving the batch; elsewhere the definition's step runs, and the dispatch record
+says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnmt.config import Config, ModelConfig
+from attnmt.data.vocab import BOS, PAD
+from attnmt.decode.search import beam_search, greedy_search
+from attnmt.kernels import dispatch, packed, transformer_search
+from attnmt.models import build_model
+from attnmt.models.common import repeat_rows, select_batch
+
+pytestmark = pytest.mark.skipif(not packed._MKLDNN, reason="bfloat16 packed products need oneDNN")
+
+
+def _model(bf16=True, **model):
+    cfg = Config(model=ModelConfig(type="transformer"))
+    m = cfg.model
+    m.layers, m.hidden, m.heads, m.ff, m.dropout = 2, 32, 4, 64, 0.0
+    for k, v in model.items():
+        setattr(m, k, v)
+    torch.manual_seed(0)
+    net = build_model(cfg, 40, 40).eval()
+    for module in net.modules():
+        if isinstance(module, packed.PackedLinear):
+            module.bf16_search = bf16
+    return net
+
+
+def _source(rows=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 40, (rows, 9), generator=g)
+    lengths = torch.tensor([9, 6, 3, 7][:rows])
+    for r, n in enumerate(lengths.tolist()):
+        src[r, n:] = PAD
+    return src, lengths
+
+
+def _counted(monkeypatch) -> list:
+    calls = []
+    step = transformer_search.step
+
+    def counting(*args):
+        calls.append(1)
+        return step(*args)
+
+    monkeypatch.setattr(transformer_search, "step", counting)
+    return calls
+
+
+def _both(model, search, *args, **kw):
+    out = []
+    for on in (False, True):
+        model.search_kernel = on
+        out.append(search(model, *args, **kw))
+    model.search_kernel = True
+    return out
+
+
+def _exactly_same(a, b):
+    assert [[h.tokens for h in s] for s in a] == [[h.tokens for h in s] for s in b]
+    assert [[h.logprob for h in s] for s in a] == [[h.logprob for h in s] for s in b]
+
+
+@torch.no_grad()
+def test_step_logits_are_the_definitions_bit_for_bit(monkeypatch):
+    """Step by step through a beam search's moves (K copies after the first step, reorders, rows
+    dropped), the kernel's state and the definition's give equal logits."""
+    calls = _counted(monkeypatch)
+    model, (src, lengths) = _model(), _source()
+    logits = {}
+    for on in (False, True):
+        model.search_kernel = on
+        enc = model.encode(src, lengths)
+        state, prefix, seen = model.init_state(enc), torch.full((4, 1), BOS), []
+        for t in range(6):
+            out, state, _ = model.step(prefix, state, enc)
+            if t == 0:  # beam search's K = 3 copies of each sentence
+                out, state, enc, prefix = (out.repeat_interleave(3, 0), repeat_rows(state, 3),
+                                           repeat_rows(enc, 3), prefix.repeat_interleave(3, 0))
+            seen.append(out)
+            index = torch.arange(out.size(0)).flip(0) if t % 2 else torch.arange(out.size(0))
+            if t == 3:  # the first sentence leaves the batch
+                index = torch.arange(3, out.size(0))
+                enc = select_batch(enc, index)
+            state = select_batch(state, index)
+            prefix = torch.cat([prefix[index], out[index].argmax(-1, keepdim=True)], 1)
+        logits[on] = seen
+    assert len(calls) == 6  # every step of the kernel's run took it
+    for a, b in zip(logits[False], logits[True]):
+        assert torch.equal(a, b)
+
+
+def test_beam_and_greedy_search_give_the_definitions_hypotheses(monkeypatch):
+    calls = _counted(monkeypatch)
+    model, (src, lengths) = _model(), _source()
+    kw = dict(max_len_ratio=1.5, max_len_extra=3)
+    generic, fast = _both(model, beam_search, src, lengths, 5, nbest=3, stop="complete", **kw)
+    _exactly_same(generic, fast)
+    assert calls and any(len(h.tokens) > 3 for s in generic for h in s)
+    _exactly_same(*_both(model, greedy_search, src, lengths, **kw))
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(dec_self_attention="relative"), "relative variant"),
+    (dict(cross_attention="localness"), "localness variant"),
+    (dict(norm="post"), "post-norm"),
+])
+def test_other_models_take_the_definition_and_say_why(monkeypatch, change, why):
+    calls = _counted(monkeypatch)
+    model, (src, lengths) = _model(**change), _source(2)
+    beam_search(model, src, lengths, 3, max_len_ratio=1.0, max_len_extra=2)
+    assert not calls
+    recorded = dispatch.paths(model, "cpu", dispatch.SEARCH)["Transformer: search step"]
+    assert recorded.startswith("reference (") and why in recorded
+
+
+def test_the_record_names_the_kernel_and_other_searches_take_the_definition(monkeypatch):
+    calls = _counted(monkeypatch)
+    assert dispatch.paths(_model(), "cpu", dispatch.SEARCH)["Transformer: search step"] == "transformer_search.step"
+    src, lengths = _source(2)
+    beam_search(_model(bf16=False), src, lengths, 3, max_len_ratio=1.0, max_len_extra=2)  # float32 maps
+    beam_search(_model(), src, lengths, 3, max_len_ratio=1.0, max_len_extra=2, need_weights=True)
+    assert not calls
+    beam_search(_model(), src, lengths, 3, max_len_ratio=1.0, max_len_extra=2)
+    assert calls
