@@ -293,11 +293,12 @@ def linear(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torc
     return F.linear(x, w.weight, bias)
 
 
-def linear_low(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear_low(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None, post: str = "none") -> torch.Tensor:
     """x Wᵀ + b as bfloat16, for x (..., in) float32 or bfloat16 and ``w`` packed in bfloat16:
     what ``linear`` returns before its conversion to float32 (oneDNN rounds the float32 sums once
     into its bfloat16 result, so ``linear`` of the same x is this, converted exactly). For a
-    caller whose next product rounds that result to bfloat16 again (kernels/transformer_search.py)."""
+    caller whose next product rounds that result to bfloat16 again (kernels/transformer_search.py).
+    ``post``: oneDNN's post-op on the sums ("relu")."""
     # the bias joins the product (oneDNN adds it to the float32 sums before the one rounding of
     # the result): adding it afterwards in float32 was a whole extra pass over the output, ~1 ms
     # a search step for the output layer of 320 hypotheses × 8,000 words
@@ -307,7 +308,7 @@ def linear_low(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None) -> 
         b = w.low_bias[1]
     else:
         b = bias.to(torch.bfloat16)
-    return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, post, [], "")
 
 
 def relu_chain(x: torch.Tensor, first: PackedLinear, second: PackedLinear) -> torch.Tensor | None:
@@ -328,10 +329,7 @@ def relu_chain(x: torch.Tensor, first: PackedLinear, second: PackedLinear) -> to
     w1, w2 = first._packed(), second._packed()
     if w1.packed is None or w2.packed is None or w1.packed.dtype != torch.bfloat16:
         return None
-    b1 = None if first.bias is None else w1.low_bias[1]
-    b2 = None if second.bias is None else w2.low_bias[1]
-    hidden = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w1.packed, b1, "relu", [], "")
-    return torch.ops.mkldnn._linear_pointwise(hidden, w2.packed, b2, "none", [], "").float()
+    return linear_low(linear_low(x, w1, first.bias, "relu"), w2, second.bias).float()
 
 
 def linear_add(x: torch.Tensor, w: Packed, other: torch.Tensor) -> torch.Tensor:

@@ -5,18 +5,19 @@ logits, with less work between its products.
 The definition's step, in a bfloat16 search, takes every product through ``PackedLinear`` and
 ``kv_cache``: each product's bfloat16 result comes back as float32 and the next product rounds it
 to bfloat16 again. Those are exact round trips (a bfloat16 number is a float32 one), so this step
-hands the bfloat16 results on as they are:
+hands the bfloat16 results on as they are, and adds them to the float32 residual stream as
+they are (float32 + bfloat16 is computed in float32: the same sum as after a conversion):
 
     Q, K, V = W_qkv LN(x)          bfloat16, written to the key buffers / attended as they are
     x += W_o SelfAttention(Q)      the context (bfloat16) straight into W_o
     x += W_o' CrossAttention(W_q' LN(x))   the queries and the context likewise
-    x += W_2 ReLU(W_1 LN(x))       packed.relu_chain, as the definition
+    x += W_2 ReLU(W_1 LN(x))       as packed.relu_chain (the definition's search), result bfloat16
     logits = W_out LN_final(x)
 
 and it takes the per-layer work that depends on no row (finding each map's packed weight, the
 definition's checks of variants, masks and layouts, module calls) once per search: ``plan``
-builds it at the first step and the state carries it. Per layer and step that is six
-conversions (R × 5D elements) and ~60 Python-level calls fewer. The arithmetic is the
+builds it at the first step and the state carries it. Per layer and step that is ten
+conversion passes (R × 7D elements in all) and ~60 Python-level calls fewer. The arithmetic is the
 definition's: the same packed weights (``packed.stacked``, ``PackedLinear._packed``), the same
 attention kernels (``kv_cache.low_context``, ``SharedKeys.low_context``), the same order of
 additions. At a search's first step (one row per sentence: ``SharedKeys.attend`` takes the
@@ -86,12 +87,12 @@ def plan(model: nn.Module) -> Plan | None:
     for layer in model.decoder.layers:
         sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
         qkv, qkv_bias = packed.stacked((sa.q, sa.k, sa.v))
-        maps = {"qkv": (qkv, qkv_bias), "o": (sa.o._packed(), sa.o.bias),
-                "cq": (ca.q._packed(), ca.q.bias), "co": (ca.o._packed(), ca.o.bias)}
+        maps = {"qkv": (qkv, qkv_bias), "o": (sa.o._packed(), sa.o.bias), "cq": (ca.q._packed(), ca.q.bias),
+                "co": (ca.o._packed(), ca.o.bias), "w1": (ff.w1._packed(), ff.w1.bias),
+                "w2": (ff.w2._packed(), ff.w2.bias)}
         if any(w.packed is None or w.packed.dtype != torch.bfloat16 for w, _ in maps.values()):
             return None
-        layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "ff": ff,
-                       "self": sa, "cross": ca})
+        layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "self": sa, "cross": ca})
     return Plan(layers)
 
 
@@ -114,7 +115,7 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
         _, cache = cache.extend({"k": k, "v": v}, one_query=True, low=True)
         caches.append(cache)
         context = low_context(q, cache, sa.scale).transpose(1, 2).reshape(R, 1, D)
-        x = x + packed.linear_low(context, *layer["o"]).float()
+        x = x + packed.linear_low(context, *layer["o"])  # float32 + bfloat16: float32, exactly
         h = _norm(x, cross_norm)
         if memory.rows == 1:  # a search's first step: the definition's own cross-attention
             x = x + memory.attend(ca, h, False, None)[0]
@@ -122,8 +123,9 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
             E = R // memory.rows
             queries = packed.linear_low(h, *layer["cq"]).view(E, memory.rows, H, d).transpose(1, 2)
             context = memory.low_context(queries, ca.scale).transpose(1, 2).reshape(R, 1, D)
-            x = x + packed.linear_low(context, *layer["co"]).float()
-        x = x + layer["ff"](_norm(x, ff_norm))  # packed.relu_chain
+            x = x + packed.linear_low(context, *layer["co"])
+        hidden = packed.linear_low(_norm(x, ff_norm), *layer["w1"], "relu")  # as packed.relu_chain
+        x = x + packed.linear_low(hidden, *layer["w2"])
     logits = model.output(model.decoder.final_norm(x))
     return logits[:, 0], {"layers": caches, "plan": plan}, None
 
