@@ -20,7 +20,7 @@ stopping rule). Every command is timed whole from outside; each round runs, per 
 turn, CTranslate2 first, then the variants.
 
 ``--batch``: sentences per batch, one size or several (both engines get each). The engines are
-fastest at different sizes (on a 2-vCPU Intel Xeon, CTranslate2 at 16-32, attnmt at 64;
+fastest at different sizes (on a 2-vCPU Intel Xeon, CTranslate2 at 16-32, attnmt at 32-128;
 docs/results/race.md), so the comparison is **each engine at its own best size** (the size of
 its least mean time): that is the headline ratio; the ratio at every size is printed beside it.
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+import json
+import sys
+from pathlib import Path
+
 from attnmt.config import Config, ModelConfig
 from attnmt.data.vocab import BOS, PAD
 from attnmt.decode.search import beam_search, greedy_search
@@ -15,7 +19,8 @@ from attnmt.kernels import dispatch, packed, transformer_search
 from attnmt.models import build_model
 from attnmt.models.common import repeat_rows, select_batch
 
-pytestmark = pytest.mark.skipif(not packed._MKLDNN, reason="bfloat16 packed products need oneDNN")
+pytestmark = pytest.mark.skipif(not packed._MKLDNN or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                                reason="bfloat16 packed products need oneDNN's bfloat16 kernels")
 
 
 def _model(bf16=True, **model):
@@ -129,3 +134,31 @@ def test_the_record_names_the_kernel_and_other_searches_take_the_definition(monk
     assert not calls
     beam_search(_model(), src, lengths, 3, max_len_ratio=1.0, max_len_extra=2)
     assert calls
+
+
+def test_the_benchmark_times_both_steps_and_compares_their_translations(tmp_path, capsys, monkeypatch):
+    """benchmarks/search_step.py on a tiny trained Transformer, bfloat16 forced (the tests' default
+    search is float32: conftest)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import search_step
+
+    from attnmt.cli.main import main as attnmt
+    from tests.conftest import TINY_CONFIG, write_tiny_corpus
+
+    write_tiny_corpus(tmp_path, n_train=200, n_dev=8)
+    (tmp_path / "tiny.yaml").write_text(TINY_CONFIG.format(d=tmp_path), encoding="utf-8")
+    run = tmp_path / "run"
+    sets = ["model.type=transformer", "model.layers=1", "model.hidden=32", "model.heads=2", "model.ff=64",
+            "train.max_steps=10", "train.threads=1"]
+    assert attnmt(["train", str(tmp_path / "tiny.yaml"), "--out", str(run), *[a for s in sets for a in ("--set", s)]]) == 0
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    calls = _counted(monkeypatch)
+    capsys.readouterr()
+    assert search_step.main(["--run", str(run), "--input", str(tmp_path / "dev.en"), "--batch-size", "1",
+                             "--rounds", "2", "--lines", "3", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    result = json.loads(out[-1])
+    assert result["precision"] == "bf16" and result["same_translations"] and result["lines"] == 3
+    assert len(result["definition_s"]) == len(result["kernel_s"]) == 2 and calls
+    assert out[0].startswith("round 1: definition ") and "identical" in out[-2]
+    assert search_step.main(["--run", str(tmp_path / "none"), "--input", str(tmp_path / "dev.en")]) == 2
