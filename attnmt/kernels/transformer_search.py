@@ -1,6 +1,8 @@
 """A search step of the Transformer decoder in a bfloat16 search on the CPU: ``Transformer.step``
-(models/transformer.py) for a pre-norm decoder of standard attention, bit for bit the same
-logits, with less work between its products.
+(models/transformer.py) for a pre-norm decoder, bit for bit the same logits, with less work
+between its products. A sublayer whose attention is a variant (relative, localness, a window)
+is the definition's own call (``Layer.self_attention``, ``SharedKeys.attend``) inside this step,
+so the variants keep the rest of the step's savings.
 
 The definition's step, in a bfloat16 search, takes every product through ``PackedLinear`` and
 ``kv_cache``: each product's bfloat16 result comes back as float32 and the next product rounds it
@@ -23,8 +25,8 @@ attention kernels (``kv_cache.low_context``, ``SharedKeys.low_context``), the sa
 additions. At a search's first step (one row per sentence: ``SharedKeys.attend`` takes the
 definition there) cross-attention is the definition's own call.
 
-Elsewhere (float32 or int8 maps, a variant, post-norm, attention weights asked for, the
-definition's dict states or autograd) ``Transformer.step`` is the definition.
+Elsewhere (float32 or int8 maps, post-norm, attention weights asked for, the definition's dict
+states or autograd) ``Transformer.step`` is the definition.
 """
 
 from __future__ import annotations
@@ -53,16 +55,14 @@ def supports(model: nn.Module) -> tuple[bool, str]:
     """Whether this step can take the model's search (its structure; the precision is the search's)."""
     if not model.decoder.layers[0].pre:
         return False, "post-norm layers"
-    for layer in model.decoder.layers:
-        for attn in (layer.self_attn, layer.cross_attn):
-            if attn.use_variant:
-                return False, f"the {attn.variant} variant changes the scores"
     return True, ""
 
 
 def _maps(layer: nn.Module) -> list[nn.Module]:
-    return [layer.self_attn.q, layer.self_attn.k, layer.self_attn.v, layer.self_attn.o,
-            layer.cross_attn.q, layer.cross_attn.o, layer.ff.w1, layer.ff.w2]
+    """The maps this step multiplies by itself: a standard sublayer's (a variant's run in its own)."""
+    sa, ca = layer.self_attn, layer.cross_attn
+    return ([] if sa.use_variant else [sa.q, sa.k, sa.v, sa.o]) + ([] if ca.use_variant else [ca.q, ca.o]) \
+        + [layer.ff.w1, layer.ff.w2]
 
 
 def plan_for(model: nn.Module, state: dict, enc, need_weights: bool) -> Plan | None:
@@ -86,13 +86,15 @@ def plan(model: nn.Module) -> Plan | None:
     layers = []
     for layer in model.decoder.layers:
         sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
-        qkv, qkv_bias = packed.stacked((sa.q, sa.k, sa.v))
-        maps = {"qkv": (qkv, qkv_bias), "o": (sa.o._packed(), sa.o.bias), "cq": (ca.q._packed(), ca.q.bias),
-                "co": (ca.o._packed(), ca.o.bias), "w1": (ff.w1._packed(), ff.w1.bias),
-                "w2": (ff.w2._packed(), ff.w2.bias)}
+        maps = {"w1": (ff.w1._packed(), ff.w1.bias), "w2": (ff.w2._packed(), ff.w2.bias)}
+        if not sa.use_variant:
+            maps.update(qkv=packed.stacked((sa.q, sa.k, sa.v)), o=(sa.o._packed(), sa.o.bias))
+        if not ca.use_variant:
+            maps.update(cq=(ca.q._packed(), ca.q.bias), co=(ca.o._packed(), ca.o.bias))
         if any(w.packed is None or w.packed.dtype != torch.bfloat16 for w, _ in maps.values()):
             return None
-        layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "self": sa, "cross": ca})
+        layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "layer": layer,
+                       "self": None if sa.use_variant else sa, "cross": None if ca.use_variant else ca})
     return Plan(layers)
 
 
@@ -109,17 +111,22 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
     for layer, cache, memory in zip(plan.layers, state["layers"], enc.cross):
         self_norm, cross_norm, ff_norm = layer["norms"]
         sa, ca = layer["self"], layer["cross"]
-        H, d = sa.heads, sa.head_dim
-        qkv = packed.linear_low(_norm(x, self_norm), *layer["qkv"])  # (R, 1, 3D) bfloat16
-        q, k, v = qkv.view(R, 1, 3, H, d).permute(2, 0, 3, 1, 4)  # each (R, H, 1, d)
-        _, cache = cache.extend({"k": k, "v": v}, one_query=True, low=True)
-        caches.append(cache)
-        context = low_context(q, cache, sa.scale).transpose(1, 2).reshape(R, 1, D)
-        x = x + packed.linear_low(context, *layer["o"])  # float32 + bfloat16: float32, exactly
-        h = _norm(x, cross_norm)
-        if memory.rows == 1:  # a search's first step: the definition's own cross-attention
-            x = x + memory.attend(ca, h, False, None)[0]
+        if sa is None:  # a variant: the definition's self-attention (Layer.self_attention)
+            out, cache = layer["layer"].self_attention(_norm(x, self_norm), None, True, cache, t, None)
+            x = x + out
         else:
+            H, d = sa.heads, sa.head_dim
+            qkv = packed.linear_low(_norm(x, self_norm), *layer["qkv"])  # (R, 1, 3D) bfloat16
+            q, k, v = qkv.view(R, 1, 3, H, d).permute(2, 0, 3, 1, 4)  # each (R, H, 1, d)
+            _, cache = cache.extend({"k": k, "v": v}, one_query=True, low=True)
+            context = low_context(q, cache, sa.scale).transpose(1, 2).reshape(R, 1, D)
+            x = x + packed.linear_low(context, *layer["o"])  # float32 + bfloat16: float32, exactly
+        caches.append(cache)
+        h = _norm(x, cross_norm)
+        if ca is None or memory.rows == 1:  # a variant, or a search's first step: the definition's call
+            x = x + memory.attend(layer["layer"].cross_attn, h, False, None)[0]
+        else:
+            H, d = ca.heads, ca.head_dim
             E = R // memory.rows
             queries = packed.linear_low(h, *layer["cq"]).view(E, memory.rows, H, d).transpose(1, 2)
             context = memory.low_context(queries, ca.scale).transpose(1, 2).reshape(R, 1, D)
@@ -131,5 +138,5 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
 
 
 KERNELS = (Kernel("transformer_search.step", "search step", "attnmt.models.transformer.Transformer",
-                  "pre-norm, standard attention, a bfloat16 search on the CPU (elsewhere the definition's step)",
+                  "pre-norm, a bfloat16 search on the CPU; a variant's sublayer is the definition's (elsewhere the definition's step)",
                   supports, ("cpu",), step),)

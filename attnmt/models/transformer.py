@@ -151,6 +151,28 @@ class Layer(nn.Module):
         x = dropout_kernel.dropout_add(x, out, self.dropout.p, self.training)
         return (x if self.pre else norm(x)), extra
 
+    def self_attention(self, h: torch.Tensor, mask: torch.Tensor | None, causal: bool, cache: dict | KVBuffer | None,
+                       offset: int, internals: dict | None) -> tuple[torch.Tensor, object]:
+        """Self-attention of the (normed) layer input h over the cached keys and its own: (output,
+        the keys of every position so far: the next state)."""
+        queries, keys, given = self.self_attn.project_self(h)  # Q, K, V (and more) in one product
+        if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
+            fast, _ = one_query_applies(self.self_attn, h, mask, internals)
+            low = bf16_search_on(self.self_attn, h) and h.size(1) == 1 and not torch.is_grad_enabled()
+            keys, state = cache.extend(keys, one_query=fast, low=low)
+            if keys is None:  # buffered for, and attended by, the one-query kernel
+                return one_query_attention(self.self_attn, queries, state), state
+            if state.layout == "low" and low:  # a variant's keys, bfloat16 over the capacity
+                if causal and mask is None and internals is None:  # past t causally masked; bf16 products
+                    with bf16_products():
+                        return self.self_attn(h, keys, None, True, offset, False, internals, queries, given)[0], state
+                keys = state.keys()
+        else:
+            if cache:
+                keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
+            state = keys
+        return self.self_attn(h, keys, mask, causal, offset, False, internals, queries, given)[0], state
+
     def forward(
         self,
         x: torch.Tensor,
@@ -172,23 +194,8 @@ class Layer(nn.Module):
         self_int = {} if internals is not None else None
 
         def self_attention(h):
-            queries, keys, given = self.self_attn.project_self(h)  # Q, K, V (and more) in one product
-            if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
-                fast, _ = one_query_applies(self.self_attn, h, mask, self_int)
-                low = bf16_search_on(self.self_attn, h) and h.size(1) == 1 and not torch.is_grad_enabled()
-                keys, state[0] = cache.extend(keys, one_query=fast, low=low)
-                if keys is None:  # buffered for, and attended by, the one-query kernel
-                    return one_query_attention(self.self_attn, queries, state[0]), None
-                if state[0].layout == "low" and low:  # a variant's keys, bfloat16 over the capacity
-                    if causal and mask is None and self_int is None:  # past t causally masked; bf16 products
-                        with bf16_products():
-                            return self.self_attn(h, keys, None, True, offset, False, self_int, queries, given)
-                    keys = state[0].keys()
-            else:
-                if cache:
-                    keys = {k: torch.cat([cache[k], v], dim=2) for k, v in keys.items()}
-                state[0] = keys
-            return self.self_attn(h, keys, mask, causal, offset, False, self_int, queries, given)
+            out, state[0] = self.self_attention(h, mask, causal, cache, offset, self_int)
+            return out, None
 
         x, _ = self._sub(x, self.self_norm, self_attention)
         weights = None
