@@ -544,3 +544,15 @@ def test_cross_attention_stacks_the_window_maps_with_k_v_and_with_q(variant, pre
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_bilinear_pointer_form_is_kept_without_autograd_and_follows_the_weights():
+    torch.manual_seed(0)
+    pointers = BoundaryPointers(2, 4)
+    with torch.no_grad():
+        kept = pointers.bilinear()
+        assert pointers.bilinear() is kept and torch.equal(kept, pointers._bilinear())
+        pointers.w_query.mul_(2)  # a new version of the weights: formed again
+        assert torch.allclose(pointers.bilinear(), 2 * kept)
+    with_grad = pointers.bilinear()  # with autograd: formed at every call, differentiable
+    assert with_grad.requires_grad and with_grad is not pointers.bilinear()

@@ -58,6 +58,7 @@ from torch import nn
 from attnmt.attention.variant import Variant, mapped, masked
 from attnmt.errors import key_error
 from attnmt.kernels import packed
+from attnmt.kernels.cache import derived
 
 MASKS = ("exact", "union", "sum")
 ABLATIONS = ("full",)  # window_mask values that keep the combiner but drop the window (M ≡ 1)
@@ -102,7 +103,13 @@ class BoundaryPointers(nn.Module):
             nn.init.normal_(w, std=1.0 / math.sqrt(head_dim))
 
     def bilinear(self) -> torch.Tensor:
-        """τ [W_l W'_lᵀ | W_r W'_rᵀ]: (H, d_h, 2 d_h)."""
+        """τ [W_l W'_lᵀ | W_r W'_rᵀ]: (H, d_h, 2 d_h); without autograd (a search step, validation)
+        kept per version of the weights instead of formed at every call."""
+        if torch.is_grad_enabled():
+            return self._bilinear()
+        return derived(self, "bilinear", (self.w_query, self.w_key), self._bilinear)
+
+    def _bilinear(self) -> torch.Tensor:
         H, d = self.heads, self.head_dim
         w = self.w_query.view(H, d, 2, d).transpose(1, 2)  # (H, 2, d, d): W_l, W_r
         w_key_t = self.w_key.view(H, d, 2, d).permute(0, 2, 3, 1)  # (H, 2, d, d): W'_lᵀ, W'_rᵀ
