@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from attnmt.config import Config, ModelConfig
-from attnmt.data.vocab import PAD
 from attnmt.decode.search import beam_search, greedy_search
 from attnmt.attention.variant import Variant
 from attnmt.attention.window import Window
 from attnmt.kernels import kv_cache
 from attnmt.models import build_model
 from attnmt.models.common import repeat_rows, select_batch
+from search_fixtures import off_and_on, padded_source
 
 
 def _model(task="translate", **model):
@@ -30,21 +30,11 @@ def _model(task="translate", **model):
 
 
 def _source(rows=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, 30, (rows, 9), generator=g)
-    lengths = torch.tensor([9, 6, 3, 7][:rows])
-    for r, n in enumerate(lengths.tolist()):
-        src[r, n:] = PAD
-    return src, lengths
+    return padded_source(rows, seed)
 
 
 def _both(model, search, *args, **kw):
-    out = []
-    for buffered in (False, True):
-        model.kv_buffers = buffered
-        out.append(search(model, *args, **kw))
-    model.kv_buffers = True
-    return out
+    return off_and_on(model, "kv_buffers", search, *args, **kw)
 
 
 def _same(a, b):

@@ -13,11 +13,12 @@ import sys
 from pathlib import Path
 
 from attnmt.config import Config, ModelConfig
-from attnmt.data.vocab import BOS, PAD
+from attnmt.data.vocab import BOS
 from attnmt.decode.search import beam_search, greedy_search
 from attnmt.kernels import dispatch, packed, transformer_search
 from attnmt.models import build_model
 from attnmt.models.common import repeat_rows, select_batch
+from search_fixtures import off_and_on, padded_source
 
 pytestmark = pytest.mark.skipif(not packed._MKLDNN or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
                                 reason="bfloat16 packed products need oneDNN's bfloat16 kernels")
@@ -38,12 +39,7 @@ def _model(bf16=True, **model):
 
 
 def _source(rows=4, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, 40, (rows, 9), generator=g)
-    lengths = torch.tensor([9, 6, 3, 7][:rows])
-    for r, n in enumerate(lengths.tolist()):
-        src[r, n:] = PAD
-    return src, lengths
+    return padded_source(rows, seed, vocab=40)
 
 
 def _counted(monkeypatch) -> list:
@@ -59,12 +55,7 @@ def _counted(monkeypatch) -> list:
 
 
 def _both(model, search, *args, **kw):
-    out = []
-    for on in (False, True):
-        model.search_kernel = on
-        out.append(search(model, *args, **kw))
-    model.search_kernel = True
-    return out
+    return off_and_on(model, "search_kernel", search, *args, **kw)
 
 
 def _exactly_same(a, b):
