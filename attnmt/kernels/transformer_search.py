@@ -19,7 +19,7 @@ they are (float32 + bfloat16 is computed in float32: the same sum as after a con
 and it takes the per-layer work that depends on no row (finding each map's packed weight, the
 definition's checks of variants, masks and layouts, module calls) once per search: ``plan``
 builds it at the first step and the state carries it. Per layer and step that is ten
-conversion passes (R × 7D elements in all) and ~60 Python-level calls fewer. The arithmetic is the
+conversion passes (of R × D to R × 3D elements each) and ~60 Python-level calls fewer. The arithmetic is the
 definition's: the same packed weights (``packed.stacked``, ``PackedLinear._packed``), the same
 attention kernels (``kv_cache.low_context``, ``SharedKeys.low_context``), the same order of
 additions. At a search's first step (one row per sentence: ``SharedKeys.attend`` takes the
@@ -43,9 +43,10 @@ IMPLEMENTS = ("attnmt.models.transformer.Transformer",)
 
 
 class Plan:
-    """What a search step of each decoder layer reads that depends on no row: its norms, its maps'
-    bfloat16 packed weights with their biases, its head sizes. Made at a search's first step
-    (``plan``) and passed on in the state, which ``select_batch`` / ``repeat_rows`` leave as it is."""
+    """What a search step of each decoder layer reads that depends on no row: its norms, its
+    standard sublayers' attention modules (None for a variant's), its maps' bfloat16 packed weights
+    with their biases. Made at a search's first step (``plan``) and passed on in the state, which
+    ``select_batch`` / ``repeat_rows`` leave as it is."""
 
     def __init__(self, layers: list[dict]):
         self.layers = layers
