@@ -15,7 +15,7 @@ from pathlib import Path
 from attnmt.config import Config, ModelConfig
 from attnmt.data.vocab import BOS
 from attnmt.decode.search import beam_search, greedy_search
-from attnmt.kernels import dispatch, packed, transformer_search
+from attnmt.kernels import dispatch, packed, transformer_search, window_search
 from attnmt.models import build_model
 from attnmt.models.common import repeat_rows, select_batch
 from search_fixtures import off_and_on, padded_source
@@ -42,16 +42,27 @@ def _source(rows=4, seed=1):
     return padded_source(rows, seed, vocab=40)
 
 
-def _counted(monkeypatch) -> list:
+def _counted(monkeypatch, module=transformer_search, name="step") -> list:
     calls = []
-    step = transformer_search.step
+    step = getattr(module, name)
 
     def counting(*args):
         calls.append(1)
         return step(*args)
 
-    monkeypatch.setattr(transformer_search, "step", counting)
+    monkeypatch.setattr(module, name, counting)
     return calls
+
+
+WINDOWS = [  # the window's cross-attention step (kernels/window_search.py) in each of its forms
+    dict(cross_attention="window-add-seg", window_segment=2),
+    dict(cross_attention="window-add-seg", window_mask="sum", window_pointers="input", window_temperature=1.0,
+         window_segment=5),  # the authors' preset (window.PRESETS["paper"])
+    dict(cross_attention="window-add", window_pointers="input", window_mask="union", window_temperature=0.5),
+    dict(cross_attention="window-mul", window_renorm=True),
+    dict(cross_attention="window-mul-seg", window_segment=3, window_mask="sum", attention_layers=1),
+    dict(cross_attention="window-add", window_mask="full"),  # the ablation without pointers: the definition's call
+]
 
 
 def _both(model, search, *args, **kw):
@@ -64,11 +75,13 @@ def _exactly_same(a, b):
 
 
 @torch.no_grad()
-def test_step_logits_are_the_definitions_bit_for_bit(monkeypatch):
+@pytest.mark.parametrize("variants", [{}, *WINDOWS])
+def test_step_logits_are_the_definitions_bit_for_bit(monkeypatch, variants):
     """Step by step through a beam search's moves (K copies after the first step, reorders, rows
-    dropped), the kernel's state and the definition's give equal logits."""
-    calls = _counted(monkeypatch)
-    model, (src, lengths) = _model(), _source()
+    dropped), the kernel's state and the definition's give equal logits; a window's
+    cross-attention through its own step after the first."""
+    calls, windows = _counted(monkeypatch), _counted(monkeypatch, window_search, "context")
+    model, (src, lengths) = _model(**variants), _source()
     logits = {}
     for on in (False, True):
         model.search_kernel = on
@@ -88,6 +101,9 @@ def test_step_logits_are_the_definitions_bit_for_bit(monkeypatch):
             prefix = torch.cat([prefix[index], out[index].argmax(-1, keepdim=True)], 1)
         logits[on] = seen
     assert len(calls) == 6  # every step of the kernel's run took it
+    window_layers = (0 if not variants or variants.get("window_mask") == "full"
+                     else 1 if variants.get("attention_layers") else 2)
+    assert len(windows) == 5 * window_layers
     for a, b in zip(logits[False], logits[True]):
         assert torch.equal(a, b)
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 from torch import nn
@@ -170,11 +171,14 @@ class InputPointers(nn.Module):
     def forward(self, q: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         """q = split(query(x)) (B, H, T, 2 d_h), keys = split(key(y)) (B, H, S, 2 d_h), allowed
         (B|1, 1, T|1, S) bool -> φ̂ (B, H, 2, T, S): [φ̂_l; φ̂_r] on dim −3."""
+        return torch.softmax(masked(self.scores(q, keys), allowed.unsqueeze(2)), dim=-1)
+
+    def scores(self, q: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """The pointer scores τ q_side keys_sideᵀ (B, H, 2, T, S) of ``forward``'s q and keys."""
         B, H, T, S, d = q.size(0), q.size(1), q.size(2), keys.size(2), self.head_dim
         sides_q = q.view(B, H, T, 2, d).transpose(2, 3)  # (B, H, 2, T, d_h): left, right
         sides_k = keys.view(keys.size(0), H, S, 2, d).transpose(2, 3)  # (B, H, 2, S, d_h)
-        scores = packed.matmul(sides_q, sides_k.transpose(-1, -2)) * self.tau  # both sides in one product
-        return torch.softmax(masked(scores, allowed.unsqueeze(2)), dim=-1)
+        return packed.matmul(sides_q, sides_k.transpose(-1, -2)) * self.tau  # both sides in one product
 
 
 def _segment_of(n: int, segment: int, device: torch.device) -> torch.Tensor:
@@ -194,8 +198,13 @@ def expand_segments(x: torch.Tensor, segment: int, n: int) -> torch.Tensor:
     """(…, ⌈n/b⌉) -> (…, n): every key takes its segment's value (x Eᵀ, exact: one 1 per row; as
     one product of x's rows, ~2.5x faster than a gather along the short last dimension)."""
     m = x.size(-1)
-    spread = (_segment_of(n, segment, x.device)[None, :] == torch.arange(m, device=x.device)[:, None]).to(x.dtype)
-    return (x.reshape(-1, m) @ spread).view(*x.shape[:-1], n)
+    return (x.reshape(-1, m) @ _spread(n, segment, m, x.dtype, x.device)).view(*x.shape[:-1], n)
+
+
+@lru_cache(maxsize=64)
+def _spread(n: int, segment: int, m: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Eᵀ (m, n): 1 where key j lies in segment i (made once per size: a search step asks at every step)."""
+    return (_segment_of(n, segment, device)[None, :] == torch.arange(m, device=device)[:, None]).to(dtype)
 
 
 # Segment-based masks. Reading φ̂'s prefix sum at the end of j's segment is the prefix sum of the
@@ -248,6 +257,15 @@ def _mask_backward(grad: torch.Tensor, p: torch.Tensor, mask: str, terms: tuple 
     return d_p
 
 
+def _mask_forward(phi: torch.Tensor, segment: int, mask: str):
+    """M (…, T, S) from φ̂ (…, 2, T, S), and what its backward keeps: (M, P, M per segment or
+    token before the clamp, ``_mask_terms``'s pieces)."""
+    p = segment_mass(phi, segment) if segment > 1 else phi
+    m, terms = _mask_terms(p, mask)
+    out = m.clamp(0.0, 1.0) if mask != "sum" else m  # only rounding can leave [0, 1]
+    return (expand_segments(out, segment, phi.size(-1)) if segment > 1 else out), p, m, terms
+
+
 class _SoftWindowMask(torch.autograd.Function):
     """M from φ̂ = [φ̂_l; φ̂_r]. Token masks save only φ̂ (which the pointer softmax keeps anyway)
     and recompute the cumulative sums in backward instead of holding ~6 extra (B, H, 2, T, S)
@@ -256,15 +274,12 @@ class _SoftWindowMask(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi, segment: int, mask: str):
         ctx.segment, ctx.mask, ctx.n = segment, mask, phi.size(-1)
-        p = segment_mass(phi, segment) if segment > 1 else phi
-        m, terms = _mask_terms(p, mask)
+        out, p, m, terms = _mask_forward(phi, segment, mask)
         if segment > 1:
             ctx.save_for_backward(p, m, *terms)
         else:
             ctx.save_for_backward(phi)
-        if mask != "sum":
-            m = m.clamp(0.0, 1.0)  # only rounding can leave [0, 1]
-        return expand_segments(m, segment, ctx.n) if segment > 1 else m
+        return out
 
     @staticmethod
     def backward(ctx, grad):
@@ -281,6 +296,8 @@ def window_mask(phi: torch.Tensor, segment: int = 0, mask: str = "exact") -> tor
     [φ̂_l; φ̂_r] on dim −3 (what the pointer modules return); ``soft_window_mask`` of the two."""
     if mask not in MASKS:
         raise ValueError(f"unknown window mask {mask!r} (expected one of {', '.join(MASKS)})")
+    if not (phi.requires_grad and torch.is_grad_enabled()):  # a search step: no autograd node
+        return _mask_forward(phi, segment, mask)[0]
     return _SoftWindowMask.apply(phi, segment, mask)
 
 
@@ -387,6 +404,10 @@ class Window(Variant):
         scores, ctx["pointer_scores"] = attn.pointers.with_scores(q, keys["k"])
         return scores * attn.scale
 
+    def soft_mask(self, phi: torch.Tensor) -> torch.Tensor:
+        """M (B, H, T, S) from the pointers φ̂ (B, H, 2, T, S): ``window_mask`` with this variant's options."""
+        return window_mask(phi, self.options.segment, self.options.mask)
+
     def weights(self, attn, scores, q, x, keys, allowed, internals, given=None, ctx=None):
         w = self.options
         if w.mask == "full":  # ablation: the combiner with M ≡ 1, no window (pointers unused)
@@ -397,7 +418,7 @@ class Window(Variant):
                 phi = attn.pointers(queries, keys["pk"], allowed)  # (B, H, 2, T, S)
             else:
                 phi = attn.pointers(q, keys["k"], allowed, (ctx or {}).get("pointer_scores"))
-            mask = window_mask(phi, w.segment, w.mask)
+            mask = self.soft_mask(phi)
             if internals is not None:
                 phi_l, phi_r = phi.unbind(-3)
                 internals.update(mask=mask, phi_l=phi_l, phi_r=phi_r)

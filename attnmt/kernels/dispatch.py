@@ -24,7 +24,7 @@ IMPLEMENTS = ()  # no definition: the registry
 
 # the kernel modules that declare KERNELS
 MODULES = ("lstm_steps", "attention_steps", "local_decoding", "fused_loss", "fused_rnn", "packed", "kv_cache",
-           "transformer_search")
+           "transformer_search", "window_search")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """A search step of the Transformer decoder in a bfloat16 search on the CPU: ``Transformer.step``
 (models/transformer.py) for a pre-norm decoder, bit for bit the same logits, with less work
-between its products. A sublayer whose attention is a variant (relative, localness, a window)
-is the definition's own call (``Layer.self_attention``, ``SharedKeys.attend``) inside this step,
-so the variants keep the rest of the step's savings.
+between its products. A window variant's cross-attention takes a step of its own
+(kernels/window_search.py, bit for bit too); a sublayer whose attention is another variant
+(relative, localness, a window in self-attention) is the definition's own call
+(``Layer.self_attention``, ``SharedKeys.attend``) inside this step, so the variants keep the rest
+of the step's savings.
 
 The definition's step, in a bfloat16 search, takes every product through ``PackedLinear`` and
 ``kv_cache``: each product's bfloat16 result comes back as float32 and the next product rounds it
@@ -35,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.kernels import packed
+from attnmt.kernels import packed, window_search
 from attnmt.kernels.dispatch import Kernel
 from attnmt.kernels.kv_cache import KVBuffer, SharedMemory, low_context
 
@@ -95,7 +97,8 @@ def plan(model: nn.Module) -> Plan | None:
         if any(w.packed is None or w.packed.dtype != torch.bfloat16 for w, _ in maps.values()):
             return None
         layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "layer": layer,
-                       "self": None if sa.use_variant else sa, "cross": None if ca.use_variant else ca})
+                       "self": None if sa.use_variant else sa, "cross": None if ca.use_variant else ca,
+                       "window": window_search.plan(ca) if ca.use_variant else None})
     return Plan(layers)
 
 
@@ -124,8 +127,11 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
             x = x + packed.linear_low(context, *layer["o"])  # float32 + bfloat16: float32, exactly
         caches.append(cache)
         h = _norm(x, cross_norm)
-        if ca is None or memory.rows == 1:  # a variant, or a search's first step: the definition's call
+        if memory.rows == 1 or (ca is None and layer["window"] is None):
+            # a search's first step, or a variant without a step of its own: the definition's call
             x = x + memory.attend(layer["layer"].cross_attn, h, False, None)[0]
+        elif ca is None:  # a window variant (kernels/window_search.py)
+            x = x + window_search.context(layer["window"], memory, h)
         else:
             H, d = ca.heads, ca.head_dim
             E = R // memory.rows
@@ -139,5 +145,6 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
 
 
 KERNELS = (Kernel("transformer_search.step", "search step", "attnmt.models.transformer.Transformer",
-                  "pre-norm, a bfloat16 search on the CPU; a variant's sublayer is the definition's (elsewhere the definition's step)",
+                  "pre-norm, a bfloat16 search on the CPU; a window's cross-attention through window_search.context, "
+                  "another variant's sublayer the definition's (elsewhere the definition's step)",
                   supports, ("cpu",), step),)
