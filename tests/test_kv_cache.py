@@ -157,6 +157,29 @@ def test_shared_memory_selects_as_the_repeated_memory():
         assert torch.equal(t, made[n][torch.tensor([0, 2])])
 
 
+def test_shared_memory_selects_its_float32_keys_when_first_read(monkeypatch):
+    """Selections of selections read what selecting each time reads; the float32 keys (which a
+    bfloat16 search never reads) are selected once, when read, not at every selection."""
+    torch.manual_seed(0)
+    keys = {"k": torch.randn(4, 2, 5, 3), "v": torch.randn(4, 2, 5, 3)}
+    out, mask = torch.randn(4, 5, 8), torch.rand(4, 5) > 0.3
+    memory = kv_cache.SharedMemory(out, mask, [keys]).repeat_rows(2)
+    memory.cross[0].low()
+    calls = []
+    select = torch.Tensor.index_select
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda t, *a: calls.append((*t.shape, t.dtype)) or select(t, *a))
+    once = memory.select(torch.tensor([0, 1, 4, 5, 6, 7]))  # sentences 0, 2, 3
+    twice = once.select(torch.tensor([2, 3, 4, 5]))  # of those, 2 and 3
+    f32 = torch.float32
+    assert (4, 2, 5, 3, f32) not in calls and (4, 5, 8, f32) not in calls  # the float32 tensors untouched so far
+    entries = torch.tensor([2, 3])
+    assert torch.equal(twice.out, out[entries]) and torch.equal(twice.mask, mask[entries])
+    assert all(torch.equal(twice.cross[0].keys[n], keys[n][entries]) for n in keys)
+    assert torch.equal(twice.cross[0].low()[1], keys["v"][entries].to(torch.bfloat16))
+    assert calls.count((4, 2, 5, 3, f32)) == 2  # k and v: one selection each, of the composed entries
+    assert torch.equal(once.cross[0].keys["k"], keys["k"][torch.tensor([0, 2, 3])])  # the first, still its own
+
+
 def test_buffered_search_with_alignments_equals_the_definition():
     model = _model()
     src, lengths = _source(4)

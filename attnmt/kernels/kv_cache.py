@@ -276,6 +276,25 @@ def low_context(queries: torch.Tensor, state: KVBuffer, scale: float) -> torch.T
     return torch.matmul(torch.softmax(scores, dim=-1).to(torch.bfloat16), v)
 
 
+class Picked:
+    """Tensors (by name) read at ``entries`` of their first axis (None: all of them), selected
+    when first read. A bfloat16 search reads its memory's bfloat16 and laid-out copies, never the
+    float32 keys they were made from: those are not copied again at every sentence that leaves
+    the batch (the laid-out ones are; a selection of a selection composes the two indices)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], entries: torch.Tensor | None = None):
+        self._tensors, self._entries = tensors, entries
+
+    def get(self) -> dict[str, torch.Tensor]:
+        if self._entries is not None:
+            self._tensors = {n: t.index_select(0, self._entries) for n, t in self._tensors.items()}
+            self._entries = None
+        return self._tensors
+
+    def pick(self, entries: torch.Tensor) -> Picked:
+        return Picked(self._tensors, entries if self._entries is None else self._entries.index_select(0, entries))
+
+
 class SharedKeys:
     """One decoder layer's cross-attention keys: one entry per sentence, read by ``rows``
     consecutive query rows each (beam search's K hypotheses), as the definition reads them
@@ -284,14 +303,20 @@ class SharedKeys:
     row without weights, the K queries of a sentence as one block of queries against its keys
     (one SDPA call, no copy); otherwise the definition on keys repeated once per state."""
 
-    def __init__(self, keys: dict[str, torch.Tensor], mask: torch.Tensor, rows: int = 1,
+    def __init__(self, keys: dict[str, torch.Tensor] | Picked, mask: torch.Tensor, rows: int = 1,
                  bias: list | None = None, low: tuple[torch.Tensor, torch.Tensor] | None = None,
                  laid_out: tuple[bool, dict[str, torch.Tensor]] | None = None):
-        self.keys, self.mask, self.rows = keys, mask, rows
+        self._keys = keys if isinstance(keys, Picked) else Picked(keys)
+        self.mask, self.rows = mask, rows
         self._repeated: tuple[dict, torch.Tensor] | None = None
         self._low = low  # ``low()``'s, when a selection of the memory it was made for passes it on
         self._laid_out = laid_out  # ``laid_out()``'s (low, keys), passed on alike
         self._bias = [None] if bias is None else bias  # shared by the layers of one memory
+
+    @property
+    def keys(self) -> dict[str, torch.Tensor]:
+        """The layer's float32 keys (E, H, S, ·) by name: ``Picked``, selected when first read."""
+        return self._keys.get()
 
     def bias(self, dtype: torch.dtype) -> torch.Tensor:
         """The mask as SDPA's additive (E, 1, 1, S) bias (0 or -inf), made once per batch: what
@@ -376,13 +401,23 @@ class SharedMemory:
     whole aligned blocks of ``rows`` rows (a beam search dropping finished sentences) keeps the
     entries shared; any other selection reads entry index // rows, one row each."""
 
-    def __init__(self, out: torch.Tensor, mask: torch.Tensor, cross: list[dict[str, torch.Tensor]],
+    def __init__(self, out: torch.Tensor | Picked, mask: torch.Tensor, cross: list[dict[str, torch.Tensor] | Picked],
                  rows: int = 1, lows: list | None = None, laid: list | None = None):
-        self.out, self.mask, self.rows, self.cross_keys = out, mask, rows, cross
+        self._out = out if isinstance(out, Picked) else Picked({"out": out})
+        self._cross = [keys if isinstance(keys, Picked) else Picked(keys) for keys in cross]
+        self.mask, self.rows = mask, rows
         bias: list = [None]
         lows, laid = lows or [None] * len(cross), laid or [None] * len(cross)
         self.cross = [SharedKeys(keys, mask, rows, bias, low, made)
-                      for keys, low, made in zip(cross, lows, laid)]
+                      for keys, low, made in zip(self._cross, lows, laid)]
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self._out.get()["out"]
+
+    @property
+    def cross_keys(self) -> list[dict[str, torch.Tensor]]:
+        return [keys.get() for keys in self._cross]
 
     def __getitem__(self, name: str):
         return {"out": self.out, "mask": self.mask, "cross": self.cross}[name]
@@ -394,7 +429,7 @@ class SharedMemory:
         return [keys._laid_out for keys in self.cross]
 
     def repeat_rows(self, k: int) -> SharedMemory:
-        return SharedMemory(self.out, self.mask, self.cross_keys, self.rows * k, self._lows(), self._laid())
+        return SharedMemory(self._out, self.mask, self._cross, self.rows * k, self._lows(), self._laid())
 
     def _entries(self, entries: torch.Tensor, rows: int) -> SharedMemory:
         """Entries ``entries`` of everything, the bfloat16 and laid-out keys too where they were
@@ -407,8 +442,8 @@ class SharedMemory:
         for made in self._laid():
             picked = None if made is None else {n: _pick_keeping_layout(t, entries) for n, t in made[1].items()}
             laid.append(None if picked is None or any(t is None for t in picked.values()) else (made[0], picked))
-        return SharedMemory(pick(self.out), pick(self.mask),
-                            [{n: pick(t) for n, t in keys.items()} for keys in self.cross_keys], rows, lows, laid)
+        return SharedMemory(self._out.pick(entries), pick(self.mask), [keys.pick(entries) for keys in self._cross],
+                            rows, lows, laid)
 
     def select(self, index: torch.Tensor) -> SharedMemory:
         if self.rows > 1 and index.numel() % self.rows == 0:

@@ -76,7 +76,7 @@ def plan_for(model: nn.Module, state: dict, enc, need_weights: bool) -> Plan | N
         return kept
     if (need_weights or model.training or torch.is_grad_enabled() or not isinstance(enc, SharedMemory)
             or not state["layers"] or not all(isinstance(c, KVBuffer) for c in state["layers"])
-            or enc.out.device.type != "cpu" or not supports(model)[0]):
+            or enc.mask.device.type != "cpu" or not supports(model)[0]):
         return None
     if not all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search
                and m.weight.dtype == torch.float32 for layer in model.decoder.layers for m in _maps(layer)):
