@@ -47,3 +47,10 @@ def test_limit_ratios_join_the_rows_and_stand_alone():
     alone = [{"variant": "standard", "limit_translate_s": 8.0}, {"variant": "window-mul", "limit_translate_s": 9.0}]
     variant_rows.with_ratios(alone)
     assert alone[1]["limit_decode_ratio"] == 1.125 and "step_ratio" not in alone[1]
+    # rounds paired: each round's time over standard's in that round, their median (the box
+    # slowed down in round 2 for both: the fastest rounds say 1.0x, the pairs 1.2x)
+    rounds = [{"variant": "standard", "limit_translate_s": 8.0, "limit_rounds_s": [10.0, 8.0, 12.0]},
+              {"variant": "relative", "limit_translate_s": 8.0, "limit_rounds_s": [8.0, 9.6, 14.4]}]
+    variant_rows.with_ratios(rounds)
+    assert rounds[1]["limit_decode_ratio"] == 1.0
+    assert rounds[1]["limit_round_ratios"] == [0.8, 1.2, 1.2] and rounds[1]["limit_decode_ratio_paired"] == 1.2
