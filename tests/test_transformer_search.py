@@ -169,3 +169,31 @@ def test_the_benchmark_times_both_steps_and_compares_their_translations(tmp_path
     assert len(result["definition_s"]) == len(result["kernel_s"]) == 2 and calls
     assert out[0].startswith("round 1: definition ") and "identical" in out[-2]
     assert search_step.main(["--run", str(tmp_path / "none"), "--input", str(tmp_path / "dev.en")]) == 2
+
+
+def test_translate_with_the_window_preset_writes_the_definitions_translations(tmp_path, monkeypatch):
+    """``attnmt translate`` of a tiny Transformer with the authors' window preset in encoder
+    self- and cross-attention, bfloat16 forced (the tests' default search is float32: conftest):
+    the kernels' file is the definition's, and the window's step took the cross-attention."""
+    from attnmt.cli.main import main as attnmt
+    from attnmt.models.transformer import Transformer
+    from tests.conftest import TINY_CONFIG, write_tiny_corpus
+
+    write_tiny_corpus(tmp_path, n_train=200, n_dev=8)
+    (tmp_path / "tiny.yaml").write_text(TINY_CONFIG.format(d=tmp_path), encoding="utf-8")
+    run = tmp_path / "run"
+    sets = ["model.type=transformer", "model.layers=2", "model.hidden=32", "model.heads=2", "model.ff=64",
+            "model.enc_self_attention=window-add-seg", "model.cross_attention=window-add-seg",
+            "model.window_preset=paper", "train.max_steps=10", "train.threads=1"]
+    assert attnmt(["train", str(tmp_path / "tiny.yaml"), "--out", str(run), *[a for s in sets for a in ("--set", s)]]) == 0
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    windows = _counted(monkeypatch, window_search, "context")
+    outputs = []
+    for on in (False, True):
+        monkeypatch.setattr(Transformer, "search_kernel", on)
+        out = tmp_path / f"hyp.{on}"
+        assert attnmt(["translate", "--model", str(run), "--input", str(tmp_path / "dev.en"), "--output", str(out),
+                       "--beam", "3", "--workers", "1", "--batch-size", "4"]) == 0
+        outputs.append(out.read_text(encoding="utf-8"))
+        assert bool(windows) == on
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 8
