@@ -3,20 +3,21 @@
 the ``Window`` unit of attention/window.py, one query per row, a sentence's beam rows as one block
 of queries against its keys), bit for bit, for ``transformer_search.step``:
 
-    Q, Q_P, Q_L = [W_q; W^q_P; W_q^L] LN(x)      one product, bfloat16, handed on as it is
+    Q, Q_P, Q_L = [W_q; W^q_P; W_q^L] LN(x)      one product of W_q and the window's query maps
+                                                 (input pointers, additive), bfloat16, handed on
     S = Q Kᵀ/√d                                  scores (the window's attention pointers: with
                                                  their pointer scores, ``with_scores``)
     φ̂ = softmax(pointer scores + mask bias)      (B, H, 2, T, S), ``InputPointers.scores`` or
                                                  ``BoundaryPointers.with_scores``
-    M = Window.soft_mask(φ̂)                      the definition's mask, no autograd node
+    M = Window.soft_mask(φ̂)                      the definition's mask
     A = softmax(S + (Q_L K_Lᵀ/√d) ⊙ M + bias)    additive; multiplicative: softmax(S + bias) ⊙ M
     out = W_o (A V)                              bfloat16 into W_o
 
 The math is the definition's own calls or the same operations in the same order; what this step
 does not do at every step is what the definition's general call pays for: the float32 copies of
 each bfloat16 product's result and their roundings back for the next product, the 0/−inf key
-bias made twice from the boolean mask (``SharedKeys.bias`` is made once per batch), the autograd
-node of the mask, the merge of the heads in float32. ``plan`` stacks the query maps and finds the
+bias made twice from the boolean mask (``SharedKeys.bias`` is made once per batch), the merge of
+the heads in float32, the module calls and branches of a general forward. ``plan`` stacks the query maps and finds the
 packed weights once per search (``transformer_search.plan``); the keys are the memory's laid-out
 bfloat16 keys (``SharedKeys.laid_out``, made once per batch, carried through sentence drops).
 
