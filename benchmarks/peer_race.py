@@ -46,7 +46,10 @@ What it does, on the machine it runs on:
    (``</s>`` included) of the dev set under the evaluated state (the peer: its translator's GOLD
    score with ``-tgt``, converted from per sentence to per piece; attnmt: ``attnmt score --model``).
    ``translate_s``: the whole translation command on the test set, beam 5, batches of 64 sentences,
-   timed from outside; ``sent_s`` = test sentences / translate_s. attnmt is timed a second
+   timed from outside, every side's Python modules as bytecode (the peers' and PyTorch's compiled
+   when pip installed them; this checkout's attnmt by ``attnmt_env``, once: where
+   PYTHONDONTWRITEBYTECODE is set, a checkout would otherwise compile the ~77 modules a
+   translation imports at every start: 0.05-0.15 s a command); ``sent_s`` = test sentences / translate_s. attnmt is timed a second
    time with ``--int8`` (8-bit products where the model takes them): ``translate_int8_s``,
    ``bleu_int8`` (``translate_int8``: the error where this checkout's ``--int8`` refuses the model). ``bleu`` / ``chrf``: sacrebleu's defaults on the detokenised output (the peer's
    pieces decoded with the sentencepiece model) against the raw Spanish test side, the same call
@@ -89,6 +92,7 @@ otherwise idle machine: the sides run one after the other, never together.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import math
 import os
@@ -364,7 +368,9 @@ def ct2_translations(python: str, env: dict, ct2_dir: Path, data: Path, run_dir:
 
 # -- attnmt -------------------------------------------------------------------------------------
 def attnmt_env(threads: int) -> dict:
-    """This checkout's attnmt on ``threads`` threads."""
+    """This checkout's attnmt on ``threads`` threads, its modules compiled to bytecode (once, as pip
+    compiles an installed package's: the module docstring, 6)."""
+    compileall.compile_dir(str(ROOT / "attnmt"), quiet=1)  # only what changed since the last call
     path = os.pathsep.join([str(ROOT)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)).rstrip(os.pathsep)
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": path}
 

@@ -219,3 +219,18 @@ def test_ctranslate2_runs_each_type_layout_and_batch_size(tmp_path, monkeypatch)
     row = {"attnmt": {"tgt_tok_s": 1.0, "translate_s": 11.0, "bleu": 1.0, "ct2": out},
            "opennmt": {"tgt_tok_s": 1.0, "translate_s": 40.0, "bleu": 1.0}}
     assert peer_race.ratios(row, "opennmt")["ct2_same_model_best"] == "int8-inter-b32"
+
+
+def test_attnmts_side_runs_from_bytecode_like_an_installed_package(monkeypatch):
+    """``attnmt_env`` compiles this checkout's modules (pip compiles the peers' and PyTorch's at
+    install): a command started with it finds every module's bytecode up to date."""
+    import importlib.util
+
+    import peer_race
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = peer_race.attnmt_env(2)
+    assert env["OMP_NUM_THREADS"] == "2" and str(peer_race.ROOT) in env["PYTHONPATH"]
+    for source in (ROOT / "attnmt").rglob("*.py"):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        assert cached.is_file() and cached.stat().st_mtime >= source.stat().st_mtime, source
