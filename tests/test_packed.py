@@ -156,3 +156,36 @@ def test_window_attention_trains_under_bf16_products_close_to_float32():
     assert not torch.equal(out, ref)
     out.pow(2).sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in attn.parameters())
+
+
+def test_products_leave_operand_only_maps_in_bfloat16_under_bf16_products():
+    """products(low=2) with autograd: the first map's result as ``product`` makes it (float32),
+    the last two in bfloat16 with their bias added there; the gradients those of the operands'
+    bfloat16 roundings. Off (float32 training), ``low`` changes nothing."""
+    torch.manual_seed(0)
+    lins = [packed.PackedLinear(16, n) for n in (8, 6, 4)]
+    with torch.no_grad():
+        for lin in lins:
+            lin.bias.uniform_(-1, 1)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    with packed.bf16_products(True):
+        outs = packed.products(x, lins, low=2)
+        first = packed.product(x, lins[0].weight, lins[0].bias)
+    assert [o.dtype for o in outs] == [torch.float32, torch.bfloat16, torch.bfloat16]
+    torch.testing.assert_close(outs[0], first, rtol=1e-6, atol=1e-6)
+    xb = x.detach().to(torch.bfloat16)
+    for out, lin in zip(outs[1:], lins[1:]):
+        want = F.linear(xb, lin.weight.detach().to(torch.bfloat16)) + lin.bias.detach().to(torch.bfloat16)
+        torch.testing.assert_close(out.float(), want.float(), rtol=2**-7, atol=1e-2)
+    grads = [torch.randn(o.shape) for o in outs]
+    sum((o.float() * g).sum() for o, g in zip(outs, grads)).backward()
+    xr = x.detach().to(torch.bfloat16).float()
+    for lin, g in zip(lins, grads):
+        torch.testing.assert_close(lin.weight.grad, g.flatten(0, 1).t() @ xr.flatten(0, 1), rtol=2**-6, atol=5e-2)
+        torch.testing.assert_close(lin.bias.grad, g.sum((0, 1)), rtol=2**-6, atol=5e-2)
+    want_x = sum(g @ lin.weight.detach().to(torch.bfloat16).float() for lin, g in zip(lins, grads))
+    torch.testing.assert_close(x.grad, want_x, rtol=2**-6, atol=5e-2)
+    plain = packed.products(x, lins, low=2)  # bf16 products off: float32 throughout
+    assert all(o.dtype == torch.float32 for o in plain)
+    for out, lin in zip(plain, lins):
+        torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias))

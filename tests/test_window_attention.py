@@ -413,7 +413,7 @@ def _one_by_one():
     from attnmt.kernels import packed
 
     real = packed.products
-    packed.products = lambda x, linears: [lin(x) for lin in linears]
+    packed.products = lambda x, linears, low=0: [lin(x) for lin in linears]
     try:
         yield
     finally:
@@ -556,3 +556,28 @@ def test_bilinear_pointer_form_is_kept_without_autograd_and_follows_the_weights(
         assert torch.allclose(pointers.bilinear(), 2 * kept)
     with_grad = pointers.bilinear()  # with autograd: formed at every call, differentiable
     assert with_grad.requires_grad and with_grad is not pointers.bilinear()
+
+
+@pytest.mark.parametrize("variant,preset", STACKED)
+def test_stacked_window_maps_stay_bfloat16_under_bf16_products(variant, preset):
+    """Under bf16 products (train.amp on the CPU) the window's maps come out of the stacked
+    product in bfloat16 (Window.operand_maps) and the attention stays the maps-one-by-one
+    attention's up to bfloat16 rounding, with gradients for every parameter."""
+    from attnmt.kernels import packed
+
+    torch.manual_seed(0)
+    att = _packed_window(variant, preset)
+    x = torch.randn(2, 7, 16)
+    mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    with packed.bf16_products(True):
+        with _one_by_one():
+            want = att(x, att.project_keys(x), mask, True)[0]
+        q, keys, given = att.project_self(x)
+        assert all(t.dtype == torch.bfloat16 for t in given.values())
+        assert all(keys[name].dtype == torch.bfloat16 for name in att.unit.maps(att)[1])
+        assert q.dtype == keys["k"].dtype == keys["v"].dtype == torch.float32
+        got = att(x, keys, mask, True, 0, False, None, q, given)[0]
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0.03, atol=0.03)
+    got.pow(2).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in att.parameters())

@@ -86,11 +86,16 @@ class MultiHeadAttention(nn.Module):
         B, H, T, d = x.shape
         return x.transpose(1, 2).reshape(B, T, H * d)
 
+    def _low(self, maps) -> int:
+        """How many of the variant's maps ``packed.products`` may leave in bfloat16: all of them
+        where the variant reads their results only as products' operands (``Variant.operand_maps``)."""
+        return len(maps) if self.unit.operand_maps else 0
+
     def project_keys(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Everything attention needs from the key side: (B, S, D) -> dict of (B, H, S, ·), as one
         product of [W_k; W_v; the variant's key-side maps] where ``packed.products`` can."""
         _, key_maps = self.unit.maps(self)
-        k, v, *rest = packed.products(x, (self.k, self.v, *key_maps.values()))
+        k, v, *rest = packed.products(x, (self.k, self.v, *key_maps.values()), self._low(key_maps))
         keys = {"k": self._split(k), "v": self._split(v)}
         keys.update(self.unit.keys(self, x, dict(zip(key_maps, rest))))  # cached even when switched off
         return keys
@@ -102,7 +107,7 @@ class MultiHeadAttention(nn.Module):
         query_maps = self.unit.maps(self)[0] if self.use_variant else {}
         if not query_maps:
             return self._split(self.q(x)), {}
-        q, *rest = packed.products(x, (self.q, *query_maps.values()))
+        q, *rest = packed.products(x, (self.q, *query_maps.values()), self._low(query_maps))
         return self._split(q), dict(zip(query_maps, rest))
 
     def project_self(
@@ -118,7 +123,7 @@ class MultiHeadAttention(nn.Module):
             query_maps = {}
         names = (*query_maps, *key_maps)
         maps = (self.q, self.k, self.v, *query_maps.values(), *key_maps.values())
-        q, k, v, *rest = packed.products(x, maps)
+        q, k, v, *rest = packed.products(x, maps, self._low(names))
         given = dict(zip(names, rest))
         keys = {"k": self._split(k), "v": self._split(v)}
         keys.update(self.unit.keys(self, x, {name: given[name] for name in key_maps}))

@@ -47,6 +47,7 @@ class Variant:
     names: tuple[str, ...] = ("standard",)  # config values this class implements
     self_only = False
     reads_query_positions = False  # bias() uses q_pos (the queries' absolute positions)
+    operand_maps = False  # maps()' results are read only as packed products' operands (may stay bfloat16)
 
     def __init__(self, name: str = "standard", window: Any = None, relative_clip: int = 16):
         self.name = name  # options: ``window`` (WindowOptions) and ``relative_clip`` for the variants that use them

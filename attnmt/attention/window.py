@@ -178,7 +178,8 @@ class InputPointers(nn.Module):
         B, H, T, S, d = q.size(0), q.size(1), q.size(2), keys.size(2), self.head_dim
         sides_q = q.view(B, H, T, 2, d).transpose(2, 3)  # (B, H, 2, T, d_h): left, right
         sides_k = keys.view(keys.size(0), H, S, 2, d).transpose(2, 3)  # (B, H, 2, S, d_h)
-        return packed.matmul(sides_q, sides_k.transpose(-1, -2)) * self.tau  # both sides in one product
+        scores = packed.matmul(sides_q, sides_k.transpose(-1, -2))  # both sides in one product
+        return scores if self.tau == 1.0 else scores * self.tau
 
 
 def _segment_of(n: int, segment: int, device: torch.device) -> torch.Tensor:
@@ -345,6 +346,7 @@ class Window(Variant):
     apart in cross-attention, project_keys / project_queries); the math is the same."""
 
     names = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
+    operand_maps = True  # pointer and local maps feed only packed.matmul (their scores' products)
 
     def __init__(self, name: str = "window-add", window: WindowOptions | None = None, relative_clip: int = 16):
         super().__init__(name)

@@ -150,10 +150,14 @@ def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
     return F.linear(x, weight, bias)
 
 
-def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) -> list[torch.Tensor]:
+def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear], low: int = 0) -> list[torch.Tensor]:
     """``[lin(x) for lin in linears]`` as one product of their weights stacked (out_1 + out_2 +
     ..., in): one larger product instead of several, x rounded once where products take
-    bfloat16. With autograd: ``product`` of the stacked weights. Without (a search, validation)
+    bfloat16. With autograd: ``product`` of the stacked weights; ``low``: the last ``low`` maps'
+    results are only ever operands of this module's products (a window's pointer and local maps),
+    so while products take bfloat16 they come back in bfloat16, their bias added there
+    (x Wᵀ + b rounded once, as the product that reads them would round them): no float32 copy
+    made, converted back and, in the backward, concatenated. Without (a search, validation)
     on the CPU: ``linear`` of the stacked weights packed once (kept by kernels/cache.py on the
     first map, in the maps' ``bf16_search`` precision). The results are views of the one output
     (last dimension split). Elsewhere (the maps are no plain PackedLinear of float32 weights
@@ -165,6 +169,8 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) 
     if torch.is_grad_enabled():
         weight = torch.cat([lin.weight for lin in linears])
         bias = torch.cat([lin.bias for lin in linears])
+        if low and _rounds(x):
+            return _products_low(x, weight, bias, sizes, low)
         return list(product(x, weight, bias).split(sizes, dim=-1))
     low, int8 = linears[0].bf16_search, bool(linears[0].int8_search and INT8)
     if (not _MKLDNN or x.device.type != "cpu" or x.dtype != torch.float32
@@ -172,6 +178,17 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear]) 
         return [lin(x) for lin in linears]
     w, bias = stacked(linears)
     return list(linear(x, w, bias).split(sizes, dim=-1))
+
+
+def _products_low(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, sizes: list[int],
+                  low: int) -> list[torch.Tensor]:
+    """``products`` with autograd under bfloat16 products: the first maps' results as ``product``
+    makes them (float32, bias added in float32), the last ``low`` maps' in bfloat16."""
+    y = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16))
+    split = sum(sizes[:-low])
+    high, rest = y.split((split, y.size(-1) - split), dim=-1)
+    out = list((high.float() + bias[:split]).split(sizes[:-low], dim=-1)) if split else []
+    return out + list((rest + bias[split:].to(torch.bfloat16)).split(sizes[-low:], dim=-1))
 
 
 def stacked(linears: tuple[PackedLinear, ...] | list[PackedLinear]) -> tuple[Packed, torch.Tensor]:
