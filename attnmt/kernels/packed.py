@@ -184,11 +184,11 @@ def _products_low(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, siz
                   low: int) -> list[torch.Tensor]:
     """``products`` with autograd under bfloat16 products: the first maps' results as ``product``
     makes them (float32, bias added in float32), the last ``low`` maps' in bfloat16."""
-    y = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16))
-    split = sum(sizes[:-low])
-    high, rest = y.split((split, y.size(-1) - split), dim=-1)
-    out = list((high.float() + bias[:split]).split(sizes[:-low], dim=-1)) if split else []
-    return out + list((rest + bias[split:].to(torch.bfloat16)).split(sizes[-low:], dim=-1))
+    pieces = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16)).split(sizes, dim=-1)
+    biases = bias.split(sizes)  # one split each: one concatenation of the pieces' gradients
+    first = len(sizes) - low
+    return ([y.float() + b for y, b in zip(pieces[:first], biases[:first])]
+            + [y + b.to(torch.bfloat16) for y, b in zip(pieces[first:], biases[first:])])
 
 
 def stacked(linears: tuple[PackedLinear, ...] | list[PackedLinear]) -> tuple[Packed, torch.Tensor]:
