@@ -164,9 +164,12 @@ class InputPointers(nn.Module):
             nn.init.zeros_(lin.bias)
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, N, 2D) -> (B, H, N, 2 d_h): per head, its left d_h columns then its right ones."""
+        """(B, N, 2D) -> (B, H, N, 2 d_h): per head, its left d_h columns then its right ones.
+        Laid out (B, H, 2, d_h, N) underneath (one copy): each side's block is then an operand
+        of ``scores``' product as it lies, transposed or not."""
         B, N, _ = x.shape
-        return x.view(B, N, 2, self.heads, self.head_dim).permute(0, 3, 1, 2, 4).reshape(B, self.heads, N, 2 * self.head_dim)
+        sides = x.view(B, N, 2, self.heads, self.head_dim).permute(0, 3, 2, 4, 1).contiguous()
+        return sides.permute(0, 1, 4, 2, 3).view(B, self.heads, N, 2 * self.head_dim)
 
     def forward(self, q: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         """q = split(query(x)) (B, H, T, 2 d_h), keys = split(key(y)) (B, H, S, 2 d_h), allowed
