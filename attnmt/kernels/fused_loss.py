@@ -18,6 +18,7 @@ from torch.autograd.function import once_differentiable
 
 from attnmt.kernels import packed
 from attnmt.kernels.dispatch import Kernel
+from attnmt.kernels.padded_rows import low_rows
 
 # the definitions this module computes faster: the output layer's token cross-entropy
 IMPLEMENTS = ("attnmt.models.common.token_loss",)
@@ -45,8 +46,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
         low = packed.bf16_enabled() and x.dtype == torch.float32 and x.device.type == "cpu"
         x_low = w_low = None
         if low:  # bf16 products: the operands rounded once, kept for the backward's products
-            x_low, w_low = x.to(torch.bfloat16), weight.to(torch.bfloat16)
-            logits.copy_(torch.mm(x_low, w_low.t()))
+            # rows padded so that oneDNN's compiled kernel repeats across updates (padded_rows.py)
+            x_low, w_low = low_rows(x), weight.to(torch.bfloat16)
+            logits.copy_(torch.mm(x_low, w_low.t())[: x.size(0)])
             if bias is not None:
                 logits.add_(bias)
         elif bias is not None:
@@ -83,8 +85,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
             d_logits.sub_(eps / probs.size(1))
         d_logits.mul_(grad)
         if ctx.low:  # x and W: the forward's rounded operands; the gradient rounded once
-            d_low = d_logits.to(torch.bfloat16)
-            d_x = torch.mm(d_low, weight).float()
+            d_low = low_rows(d_logits)  # x: the padded rounding, its rows past N zero
+            d_x = torch.mm(d_low, weight)[: d_logits.size(0)].float()
             d_w = torch.mm(d_low.t(), x).float()
         else:
             d_x = d_logits @ weight

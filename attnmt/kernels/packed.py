@@ -43,6 +43,7 @@ from torch import nn
 
 from attnmt.kernels.cache import derived
 from attnmt.kernels.dispatch import Kernel
+from attnmt.kernels.padded_rows import rounded_product
 
 # the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear), and the
 # Transformer's feed-forward W_2 ReLU(W_1 x) in a search (relu_chain)
@@ -144,8 +145,8 @@ def einsum(equation: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, W, b) with autograd; with bf16 products on, x Wᵀ of bfloat16 roundings (its
     gradients too) plus b in float32."""
-    if _rounds(x):
-        y = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16)).float()
+    if _rounds(x):  # rows padded so that oneDNN's compiled kernel repeats (kernels/padded_rows.py)
+        y = rounded_product(x, weight)[0]
         return y if bias is None else y + bias
     return F.linear(x, weight, bias)
 
@@ -184,11 +185,11 @@ def _products_low(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, siz
                   low: int) -> list[torch.Tensor]:
     """``products`` with autograd under bfloat16 products: the first maps' results as ``product``
     makes them (float32, bias added in float32), the last ``low`` maps' in bfloat16."""
-    pieces = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16)).split(sizes, dim=-1)
-    biases = bias.split(sizes)  # one split each: one concatenation of the pieces' gradients
     first = len(sizes) - low
-    return ([y.float() + b for y, b in zip(pieces[:first], biases[:first])]
-            + [y + b.to(torch.bfloat16) for y, b in zip(pieces[first:], biases[first:])])
+    high, rest = rounded_product(x, weight, sum(sizes[:first]))  # float32, bfloat16 columns
+    biases = bias.split(sizes)
+    return ([y + b for y, b in zip(high.split(sizes[:first], dim=-1), biases[:first])]
+            + [y + b.to(torch.bfloat16) for y, b in zip(rest.split(sizes[first:], dim=-1), biases[first:])])
 
 
 def stacked(linears: tuple[PackedLinear, ...] | list[PackedLinear]) -> tuple[Packed, torch.Tensor]:
