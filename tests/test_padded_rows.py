@@ -23,39 +23,43 @@ def test_low_rows_pads_to_a_multiple_of_rows_with_zeros():
     assert torch.equal(low_rows(t)[:9], t.to(torch.bfloat16))
 
 
-def _reference(x, weight, split):
+def _reference(x, weight, sizes, high):
     """The definition: F.linear of the bfloat16 roundings through autograd, split like the kernel."""
-    y = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16))
-    return y[..., :split].float(), y[..., split:]
+    pieces = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16)).split(sizes, dim=-1)
+    return [p.float() if i < high else p for i, p in enumerate(pieces)]
 
 
 def test_rounded_product_is_the_unpadded_product_of_the_roundings():
     torch.manual_seed(0)
     x = torch.randn(3, 11, 24, requires_grad=True)  # 33 rows: padded to ROWS
     w = torch.randn(10, 24, requires_grad=True)
-    high, low = rounded_product(x, w, 6)
-    assert high.dtype == torch.float32 and high.shape == (3, 11, 6)
-    assert low.dtype == torch.bfloat16 and low.shape == (3, 11, 4)
+    got = rounded_product(x, w, [2, 4, 3, 1], 2)
+    assert [t.dtype for t in got] == [torch.float32] * 2 + [torch.bfloat16] * 2
+    assert [t.shape for t in got] == [(3, 11, n) for n in (2, 4, 3, 1)]
     x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-    want_high, want_low = _reference(x2, w2, 6)
-    torch.testing.assert_close(high, want_high, rtol=2**-7, atol=1e-3)
-    torch.testing.assert_close(low.float(), want_low.float(), rtol=2**-7, atol=1e-3)
-    g_high, g_low = torch.randn(3, 11, 6), torch.randn(3, 11, 4).to(torch.bfloat16)
-    torch.autograd.backward((high, low), (g_high, g_low))
-    torch.autograd.backward((want_high, want_low), (g_high, g_low))
+    want = _reference(x2, w2, [2, 4, 3, 1], 2)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2**-7, atol=1e-3)
+    # gradients of any layout: a transposed one for the first piece
+    grads = [torch.randn(11, 3, 2).transpose(0, 1), torch.randn(3, 11, 4),
+             torch.randn(3, 11, 3).to(torch.bfloat16), torch.randn(3, 11, 1).to(torch.bfloat16)]
+    torch.autograd.backward(got, grads)
+    torch.autograd.backward(want, grads)
     assert x.grad.dtype == w.grad.dtype == torch.float32
     torch.testing.assert_close(x.grad, x2.grad, rtol=2**-6, atol=2e-2)
     torch.testing.assert_close(w.grad, w2.grad, rtol=2**-6, atol=2e-2)
+    one, = rounded_product(x, w)  # default: one float32 piece
+    torch.testing.assert_close(one, torch.cat([t.float() for t in want], -1), rtol=2**-7, atol=1e-3)
 
 
 def test_rounded_product_takes_an_unused_output_as_zero_gradient():
     torch.manual_seed(1)
     x = torch.randn(5, 8, requires_grad=True)
     w = torch.randn(6, 8, requires_grad=True)
-    high, low = rounded_product(x, w, 4)
+    high, low = rounded_product(x, w, [4, 2], 1)
     (high * 2).sum().backward()  # ``low`` unused
     x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
-    (_reference(x2, w2, 4)[0] * 2).sum().backward()
+    (_reference(x2, w2, [4, 2], 1)[0] * 2).sum().backward()
     torch.testing.assert_close(x.grad, x2.grad, rtol=2**-6, atol=2e-2)
     torch.testing.assert_close(w.grad, w2.grad, rtol=2**-6, atol=2e-2)
     assert not w.grad[4:].any()  # the unused rows' weights get nothing

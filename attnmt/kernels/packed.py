@@ -170,7 +170,7 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear], 
     if torch.is_grad_enabled():
         weight = torch.cat([lin.weight for lin in linears])
         bias = torch.cat([lin.bias for lin in linears])
-        if low and _rounds(x):
+        if _rounds(x):  # pieces of one padded bfloat16 product, their gradients written into one block
             return _products_low(x, weight, bias, sizes, low)
         return list(product(x, weight, bias).split(sizes, dim=-1))
     low, int8 = linears[0].bf16_search, bool(linears[0].int8_search and INT8)
@@ -184,12 +184,11 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear], 
 def _products_low(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, sizes: list[int],
                   low: int) -> list[torch.Tensor]:
     """``products`` with autograd under bfloat16 products: the first maps' results as ``product``
-    makes them (float32, bias added in float32), the last ``low`` maps' in bfloat16."""
+    makes them (float32, bias added in float32), the last ``low`` maps' in bfloat16; no
+    concatenation of the pieces' gradients (``padded_rows.RoundedProduct``)."""
     first = len(sizes) - low
-    high, rest = rounded_product(x, weight, sum(sizes[:first]))  # float32, bfloat16 columns
-    biases = bias.split(sizes)
-    return ([y + b for y, b in zip(high.split(sizes[:first], dim=-1), biases[:first])]
-            + [y + b.to(torch.bfloat16) for y, b in zip(rest.split(sizes[first:], dim=-1), biases[first:])])
+    pieces = rounded_product(x, weight, sizes, first)  # float32, then bfloat16 pieces
+    return [y + (b if i < first else b.to(torch.bfloat16)) for i, (y, b) in enumerate(zip(pieces, bias.split(sizes)))]
 
 
 def stacked(linears: tuple[PackedLinear, ...] | list[PackedLinear]) -> tuple[Packed, torch.Tensor]:

@@ -38,40 +38,43 @@ def low_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 class RoundedProduct(torch.autograd.Function):
-    """x Wᵀ of bfloat16 roundings, rows padded (module docstring). Returns the first ``split``
-    output columns in float32 and the others in bfloat16 (a view of the product): the float32
-    ones for the caller's float32 path, the bfloat16 ones for results that only feed other
-    bfloat16 products (``packed.products``' ``low`` maps)."""
+    """x Wᵀ of bfloat16 roundings, rows padded (module docstring), as pieces of its output
+    columns (``sizes``): the first ``high`` pieces in float32 (the caller's float32 path), the
+    others in bfloat16 (views of the product: results that only feed other bfloat16 products,
+    ``packed.products``' ``low`` maps). Each piece's gradient is written straight into its
+    columns of the backward's one bfloat16 block, whatever its layout (no concatenation)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, split: int):
-        k, n = x.size(-1), weight.size(0)
-        m = x.numel() // k
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, sizes: tuple[int, ...], high: int):
+        m = x.numel() // x.size(-1)
         x_low, w_low = low_rows(x), weight.to(torch.bfloat16)
-        y = torch.mm(x_low, w_low.t())  # (M', N) bfloat16
+        y = torch.mm(x_low, w_low.t())[:m]  # (M, N) bfloat16 of the (M', N) product
         lead = x.shape[:-1]
-        high = y[:m, :split].float().view(*lead, split)
-        low = y[:m, split:].view(*lead, n - split)
+        pieces = [piece.view(*lead, piece.size(1)) for piece in y.split(sizes, dim=1)]
         ctx.save_for_backward(x_low, w_low)
-        ctx.rows, ctx.split, ctx.shape = m, split, x.shape
-        return high, low
+        ctx.rows, ctx.sizes, ctx.shape = m, sizes, x.shape
+        return tuple(piece.float() if i < high else piece for i, piece in enumerate(pieces))
 
     @staticmethod
-    def backward(ctx, d_high: torch.Tensor | None, d_low: torch.Tensor | None):
+    def backward(ctx, *grads: torch.Tensor | None):
         x_low, w_low = ctx.saved_tensors
-        m, split = ctx.rows, ctx.split
+        m, lead = ctx.rows, ctx.shape[:-1]
         g = torch.empty(x_low.size(0), w_low.size(0), dtype=torch.bfloat16, device=x_low.device)
-        for block, grad in ((g[:m, :split], d_high), (g[:m, split:], d_low)):
-            if block.numel():
-                block.copy_(grad.reshape(m, -1)) if grad is not None else block.zero_()
+        for block, grad in zip(g[:m].split(ctx.sizes, dim=1), grads):
+            if grad is None:  # a piece the loss does not reach
+                block.zero_()
+            else:
+                block.view(*lead, block.size(1)).copy_(grad)
         g[m:].zero_()
         d_x = torch.mm(g, w_low)[:m].float().view(ctx.shape) if ctx.needs_input_grad[0] else None
         d_w = torch.mm(g.t(), x_low).float() if ctx.needs_input_grad[1] else None
-        return d_x, d_w, None
+        return d_x, d_w, None, None
 
 
-def rounded_product(x: torch.Tensor, weight: torch.Tensor, split: int | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(float32 x Wᵀ of the first ``split`` output columns (all by default), bfloat16 of the
-    rest), products of bfloat16 roundings with autograd (``RoundedProduct``)."""
-    return RoundedProduct.apply(x, weight, weight.size(0) if split is None else split)
+def rounded_product(x: torch.Tensor, weight: torch.Tensor, sizes: list[int] | None = None,
+                    high: int | None = None) -> tuple[torch.Tensor, ...]:
+    """x Wᵀ of bfloat16 roundings with autograd (``RoundedProduct``), split into pieces of
+    ``sizes`` output columns (default: one): the first ``high`` (default: all) in float32, the
+    rest in bfloat16."""
+    sizes = tuple(sizes) if sizes is not None else (weight.size(0),)
+    return RoundedProduct.apply(x, weight, sizes, len(sizes) if high is None else high)
