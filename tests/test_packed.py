@@ -189,3 +189,21 @@ def test_products_leave_operand_only_maps_in_bfloat16_under_bf16_products():
     assert all(o.dtype == torch.float32 for o in plain)
     for out, lin in zip(plain, lins):
         torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias))
+
+
+@pytest.mark.skipif(not packed._MKLDNN or not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                    reason="oneDNN's bfloat16 products")
+@pytest.mark.parametrize("rows", [5, 16, 35, 600, 1030])  # a few rows, a multiple, padded, an encoder's
+def test_linear_low_pads_rows_and_returns_each_rows_product(rows):
+    """A search's bfloat16 product rounds its rows up (SEARCH_ROWS, 8× that from 512 rows) for
+    oneDNN's compiled kernel: each row's result is the one it has alone in a block, in x's shape."""
+    g = torch.Generator().manual_seed(rows)
+    weight, bias = torch.randn(48, 32, generator=g), torch.randn(48, generator=g)
+    w = packed.pack(weight, 320, True, bias=bias)
+    x = torch.randn(rows, 1, 32, generator=g)
+    out = packed.linear_low(x, w, bias)
+    assert out.dtype == torch.bfloat16 and out.shape == (rows, 1, 48)
+    want = F.linear(x.to(torch.bfloat16).float(), weight.to(torch.bfloat16).float(), bias.to(torch.bfloat16).float())
+    torch.testing.assert_close(out.float(), want, rtol=2**-7, atol=2e-2)
+    # rows are independent of the block they are multiplied in
+    torch.testing.assert_close(packed.linear_low(x[:3], w, bias).float(), out[:3].float(), rtol=2**-7, atol=1e-2)

@@ -43,7 +43,7 @@ from torch import nn
 
 from attnmt.kernels.cache import derived
 from attnmt.kernels.dispatch import Kernel
-from attnmt.kernels.padded_rows import rounded_product
+from attnmt.kernels.padded_rows import low_rows, rounded_product
 
 # the definitions this module computes faster: x Wᵀ + b (PackedLinear: nn.Linear), and the
 # Transformer's feed-forward W_2 ReLU(W_1 x) in a search (relu_chain)
@@ -290,6 +290,8 @@ def _linear_int8(x: torch.Tensor, w: Packed, bias: torch.Tensor | None) -> torch
 # [W_ih | W_hh] 1.5x, W_c 2x, an 8,000-word W_s 1.2x per row; from 5 rows on, oneDNN is ahead
 # for the large weights)
 SMALL_PRODUCT = 1 << 20
+SEARCH_ROWS = 16  # a search's bfloat16 products: rows rounded up to a multiple of this (AMX's tile
+#                  height), of 8 times it from 512 rows on (an encoder's batch)
 
 
 def _small(x: torch.Tensor, w: Packed) -> bool:
@@ -325,7 +327,16 @@ def linear_low(x: torch.Tensor, w: Packed, bias: torch.Tensor | None = None, pos
         b = w.low_bias[1]
     else:
         b = bias.to(torch.bfloat16)
-    return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, post, [], "")
+    rows = x.numel() // x.size(-1)
+    multiple = SEARCH_ROWS if rows < 512 else 8 * SEARCH_ROWS
+    if rows <= SEARCH_ROWS or rows % multiple == 0:
+        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w.packed, b, post, [], "")
+    # a search's row count (5 × the sentences still searched; a batch's source tokens in the
+    # encoder) changes as sentences end and from batch to batch: rounded up (zero rows, cut from
+    # the result) so that oneDNN's kernel compiled for it repeats (kernels/padded_rows.py says why)
+    padded = low_rows(x, multiple)
+    out = torch.ops.mkldnn._linear_pointwise(padded, w.packed, b, post, [], "")[:rows]
+    return out.view(*x.shape[:-1], out.size(-1))
 
 
 def relu_chain(x: torch.Tensor, first: PackedLinear, second: PackedLinear) -> torch.Tensor | None:

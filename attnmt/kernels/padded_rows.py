@@ -26,12 +26,12 @@ KERNELS = ()  # a helper of packed.product / packed.products and fused_loss, not
 ROWS = 64  # rows rounded up to a multiple of this
 
 
-def low_rows(x: torch.Tensor) -> torch.Tensor:
+def low_rows(x: torch.Tensor, multiple: int = ROWS) -> torch.Tensor:
     """x (…, K) as a bfloat16 (M', K) block: its M rows, then zero rows up to M' = the next
-    multiple of ROWS."""
+    multiple of ``multiple``."""
     k = x.size(-1)
     m = x.numel() // k
-    out = torch.empty(-(-m // ROWS) * ROWS, k, dtype=torch.bfloat16, device=x.device)
+    out = torch.empty(-(-m // multiple) * multiple, k, dtype=torch.bfloat16, device=x.device)
     out[:m].view(x.shape).copy_(x)
     out[m:].zero_()
     return out

@@ -1,0 +1,130 @@
+"""CPU time of a training update per attention variant, on the race's own batches, each variant in
+a process of its own (issue 37's "window variants' training step ≤ 1.3× standard's").
+
+    python benchmarks/variant_updates.py --data exp/race-tf/data [--variants standard,window-add-seg,window-add-seg+paper]
+        [--updates 30] [--rounds 3] [--hidden 256] [--checkouts .,../other]
+
+The update is the trainer's on a CPU: ``token_loss`` (fused output layer and label-smoothed loss,
+smoothing 0.1), bfloat16 products where the CPU has them (``train.amp``), torch's fused Adam, the
+allocator kept from returning memory (``train/allocator.py``); the model is
+``configs/race-transformer.yaml`` at d ``--hidden`` (hidden/64 heads, ff 4·hidden), the variant in
+encoder self- and cross-attention of every layer (``+paper``: with the authors' preset), and the
+batches are the race's: ~2,000 target tokens of its pieces (``peer_race.py``'s data folder), so
+their shapes change at every update as a training run's do. Unlike ``window_attention.py`` (one
+fixed batch, the variants interleaved in one process), each variant runs in its own process, with
+its own cache of oneDNN's compiled kernels, as a training run has. Time: the process's CPU time on
+one thread over ``--updates`` updates after 5 of warm-up (robust to other processes on the box).
+Rounds rotate the order; a variant's ratio is the median over rounds of its time over standard's
+in the same round. ``--checkouts``: the same for each of several checkouts of attnmt (a before and
+after), every (checkout, variant) in each round.
+
+Prints one JSON line and a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PLACEMENT = ["model.enc_self_attention={v}", "model.cross_attention={v}"]
+
+
+def worker(args) -> None:
+    """One variant's updates in this process (run with the checkout as the working directory)."""
+    sys.path.insert(0, os.getcwd())
+    import sentencepiece as spm
+    import torch
+
+    from attnmt.config import load_config
+    from attnmt.data.batching import filter_by_length, iterate_batches, make_batches
+    from attnmt.kernels import packed
+    from attnmt.models import build_model
+    from attnmt.train.allocator import keep_freed_memory
+
+    keep_freed_memory()
+    torch.set_num_threads(1)
+    data = Path(args.data)
+    variant, _, preset = args.worker.partition("+")
+    sets = [] if variant == "standard" else [s.format(v=variant) for s in PLACEMENT]
+    if preset:
+        sets.append(f"model.window_preset={preset}")
+    h = args.hidden
+    cfg = load_config(Path("configs/race-transformer.yaml"),
+                      [f"model.hidden={h}", f"model.heads={max(h // 64, 1)}", f"model.ff={4 * h}", *sets])
+    sp = {lang: spm.SentencePieceProcessor(model_file=str(data / f"spm.{lang}.model")) for lang in ("en", "es")}
+    ids = {lang: [sp[lang].encode(line) for line in
+                  (data / f"train.{lang}").read_text(encoding="utf-8").splitlines()[: args.lines]]
+           for lang in ("en", "es")}
+    src, tgt, _ = filter_by_length(ids["en"], ids["es"], cfg.data.max_len)
+    torch.manual_seed(0)
+    model = build_model(cfg, sp["en"].get_piece_size(), sp["es"].get_piece_size()).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    order = make_batches(src, tgt, cfg.train.batch_size, cfg.train.batch_by, True, 1, 1)[: args.updates + 5]
+    batches = list(iterate_batches(src, tgt, order))
+    bf16 = packed.native_bf16()
+
+    def update(b) -> None:
+        opt.zero_grad(set_to_none=True)
+        with packed.bf16_products(bf16):
+            loss = type(model).token_loss(model, b.src, b.src_lengths, b.tgt_in, b.tgt_out, 0.1)
+            (loss / b.target_tokens).backward()
+        opt.step()
+
+    for b in batches[:5]:
+        update(b)
+    start = time.process_time()
+    for b in batches[5:]:
+        update(b)
+    print(json.dumps({"cpu_s": (time.process_time() - start) / max(len(batches) - 5, 1), "bf16": bf16}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="a peer_race.py data folder (train.{en,es}, spm.{en,es}.model)")
+    ap.add_argument("--variants", default="standard,window-add-seg,window-add-seg+paper")
+    ap.add_argument("--updates", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--lines", type=int, default=8000, help="training pairs read (batches are drawn from these)")
+    ap.add_argument("--checkouts", default=".", help="comma-separated attnmt checkouts to compare")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    variants = args.variants.split(",")
+    if variants[0] != "standard":
+        variants.insert(0, "standard")
+    checkouts = [str(Path(c).resolve()) for c in args.checkouts.split(",")]
+    jobs = [(c, v) for c in checkouts for v in variants]
+    times: dict = {job: [] for job in jobs}
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for r in range(args.rounds):
+        for checkout, variant in jobs[r % len(jobs):] + jobs[: r % len(jobs)]:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--data", str(Path(args.data).resolve()),
+                   "--worker", variant, "--updates", str(args.updates), "--hidden", str(args.hidden),
+                   "--lines", str(args.lines)]
+            out = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"variant_updates: {variant} in {checkout} failed: {out.stderr.strip().splitlines()[-1:]}")
+            times[(checkout, variant)].append(json.loads(out.stdout.strip().splitlines()[-1])["cpu_s"])
+    rows = []
+    for checkout, variant in jobs:
+        own, base = times[(checkout, variant)], times[(checkout, "standard")]
+        rows.append({"checkout": checkout, "variant": variant, "cpu_s": [round(t, 4) for t in own],
+                     "cpu_s_median": round(statistics.median(own), 4),
+                     "ratio_paired": round(statistics.median(a / b for a, b in zip(own, base)), 3)})
+    print(json.dumps({"benchmark": "variant_updates", "hidden": args.hidden, "updates": args.updates,
+                      "rounds": args.rounds, "rows": rows}))
+    print("summary: " + "; ".join(f"{Path(r['checkout']).name} {r['variant']} {r['cpu_s_median']:.3f} s "
+                                  f"({r['ratio_paired']:.2f}x)" for r in rows))
+
+
+if __name__ == "__main__":
+    main()
