@@ -2,7 +2,7 @@
 a process of its own (issue 37's "window variants' training step ≤ 1.3× standard's").
 
     python benchmarks/variant_updates.py --data exp/race-tf/data [--variants standard,window-add-seg,window-add-seg+paper]
-        [--updates 30] [--rounds 3] [--hidden 256] [--checkouts .,../other]
+        [--updates 30] [--rounds 3] [--hidden 256] [--checkouts DIR,DIR]
 
 The update is the trainer's on a CPU: ``token_loss`` (fused output layer and label-smoothed loss,
 smoothing 0.1), bfloat16 products where the CPU has them (``train.amp``), torch's fused Adam, the
