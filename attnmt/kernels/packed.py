@@ -171,7 +171,7 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear], 
         weight = torch.cat([lin.weight for lin in linears])
         bias = torch.cat([lin.bias for lin in linears])
         if _rounds(x):  # pieces of one padded bfloat16 product, their gradients written into one block
-            return _products_low(x, weight, bias, sizes, low)
+            return _rounded_products(x, weight, bias, sizes, low)
         return list(product(x, weight, bias).split(sizes, dim=-1))
     low, int8 = linears[0].bf16_search, bool(linears[0].int8_search and INT8)
     if (not _MKLDNN or x.device.type != "cpu" or x.dtype != torch.float32
@@ -181,7 +181,7 @@ def products(x: torch.Tensor, linears: tuple[nn.Linear, ...] | list[nn.Linear], 
     return list(linear(x, w, bias).split(sizes, dim=-1))
 
 
-def _products_low(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, sizes: list[int],
+def _rounded_products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, sizes: list[int],
                   low: int) -> list[torch.Tensor]:
     """``products`` with autograd under bfloat16 products: the first maps' results as ``product``
     makes them (float32, bias added in float32), the last ``low`` maps' in bfloat16; no
