@@ -2,13 +2,14 @@
 a process of its own (issue 37's "window variants' training step ≤ 1.3× standard's").
 
     python benchmarks/variant_updates.py --data exp/race-tf/data [--variants standard,window-add-seg,window-add-seg+paper]
-        [--updates 30] [--rounds 3] [--hidden 256] [--checkouts DIR,DIR]
+        [--updates 30] [--rounds 3] [--hidden 256] [--checkouts DIR,DIR] [--flops]
 
 The update is the trainer's on a CPU: ``token_loss`` (fused output layer and label-smoothed loss,
 smoothing 0.1), bfloat16 products where the CPU has them (``train.amp``), torch's fused Adam, the
 allocator kept from returning memory (``train/allocator.py``); the model is
 ``configs/race-transformer.yaml`` at d ``--hidden`` (hidden/64 heads, ff 4·hidden), the variant in
-encoder self- and cross-attention of every layer (``+paper``: with the authors' preset), and the
+encoder self- and cross-attention of every layer (``+paper``: with the authors' preset; ``+KEY=VALUE``:
+with ``model.window_KEY``, e.g. ``window-add-seg+mask=full``, the ablation without the window), and the
 batches are the race's: ~2,000 target tokens of its pieces (``peer_race.py``'s data folder), so
 their shapes change at every update as a training run's do. Unlike ``window_attention.py`` (one
 fixed batch, the variants interleaved in one process), each variant runs in its own process, with
@@ -17,6 +18,11 @@ one thread over ``--updates`` updates after 5 of warm-up (robust to other proces
 Rounds rotate the order; a variant's ratio is the median over rounds of its time over standard's
 in the same round. ``--checkouts``: the same for each of several checkouts of attnmt (a before and
 after), every (checkout, variant) in each round.
+
+``--flops``: the floating-point operations of the update's products (linear maps, attention's
+batched products, the output layer; forward and backward, counted by torch's FlopCounterMode on the
+same batches for every variant), counted once per variant after its timing: a machine-independent
+measure of how much more multiplying a variant does, beside its time.
 
 Prints one JSON line and a one-line summary.
 """
@@ -52,8 +58,9 @@ def worker(args) -> None:
     data = Path(args.data)
     variant, _, preset = args.worker.partition("+")
     sets = [] if variant == "standard" else [s.format(v=variant) for s in PLACEMENT]
-    if preset:
-        sets.append(f"model.window_preset={preset}")
+    for option in filter(None, preset.split("+")):  # "paper" (a preset) or a window option, "mask=full"
+        key, _, value = option.partition("=")
+        sets.append(f"model.window_{key}={value}" if value else f"model.window_preset={option}")
     h = args.hidden
     cfg = load_config(Path("configs/race-transformer.yaml"),
                       [f"model.hidden={h}", f"model.heads={max(h // 64, 1)}", f"model.ff={4 * h}", *sets])
@@ -81,7 +88,16 @@ def worker(args) -> None:
     start = time.process_time()
     for b in batches[5:]:
         update(b)
-    print(json.dumps({"cpu_s": (time.process_time() - start) / max(len(batches) - 5, 1), "bf16": bf16}))
+    measured = max(len(batches) - 5, 1)
+    result = {"cpu_s": (time.process_time() - start) / measured, "bf16": bf16}
+    if args.flops:  # after the timing: the counter's dispatch would slow the updates it counts
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            for b in batches[5:]:
+                update(b)
+        result["product_gflop"] = counter.get_total_flops() / measured / 1e9
+    print(json.dumps(result))
 
 
 def main() -> None:
@@ -93,6 +109,9 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--lines", type=int, default=8000, help="training pairs read (batches are drawn from these)")
     ap.add_argument("--checkouts", default=".", help="comma-separated attnmt checkouts to compare")
+    ap.add_argument("--flops", action="store_true",
+                    help="also count the products' floating-point operations of an update (the same "
+                    "batches for every variant: no machine noise), once per variant")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -104,26 +123,35 @@ def main() -> None:
     checkouts = [str(Path(c).resolve()) for c in args.checkouts.split(",")]
     jobs = [(c, v) for c in checkouts for v in variants]
     times: dict = {job: [] for job in jobs}
+    flops: dict = {}
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for r in range(args.rounds):
         for checkout, variant in jobs[r % len(jobs):] + jobs[: r % len(jobs)]:
             cmd = [sys.executable, str(Path(__file__).resolve()), "--data", str(Path(args.data).resolve()),
                    "--worker", variant, "--updates", str(args.updates), "--hidden", str(args.hidden),
-                   "--lines", str(args.lines)]
+                   "--lines", str(args.lines)] + (["--flops"] if args.flops and r == 0 else [])
             out = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit(f"variant_updates: {variant} in {checkout} failed: {out.stderr.strip().splitlines()[-1:]}")
-            times[(checkout, variant)].append(json.loads(out.stdout.strip().splitlines()[-1])["cpu_s"])
+            reply = json.loads(out.stdout.strip().splitlines()[-1])
+            times[(checkout, variant)].append(reply["cpu_s"])
+            if "product_gflop" in reply:
+                flops[(checkout, variant)] = reply["product_gflop"]
     rows = []
     for checkout, variant in jobs:
         own, base = times[(checkout, variant)], times[(checkout, "standard")]
         rows.append({"checkout": checkout, "variant": variant, "cpu_s": [round(t, 4) for t in own],
                      "cpu_s_median": round(statistics.median(own), 4),
                      "ratio_paired": round(statistics.median(a / b for a, b in zip(own, base)), 3)})
+        if args.flops:
+            gflop = flops[(checkout, variant)]
+            rows[-1].update(product_gflop=round(gflop, 2),
+                            product_ratio=round(gflop / flops[(checkout, "standard")], 3))
     print(json.dumps({"benchmark": "variant_updates", "hidden": args.hidden, "updates": args.updates,
                       "rounds": args.rounds, "rows": rows}))
     print("summary: " + "; ".join(f"{Path(r['checkout']).name} {r['variant']} {r['cpu_s_median']:.3f} s "
-                                  f"({r['ratio_paired']:.2f}x)" for r in rows))
+                                  f"({r['ratio_paired']:.2f}x" + (f", products {r['product_ratio']:.2f}x"
+                                                                  if args.flops else "") + ")" for r in rows))
 
 
 if __name__ == "__main__":
