@@ -11,6 +11,7 @@ from tensor_probes import LargestTensor
 from attnmt.attention.localness import GaussianLocalness
 from attnmt.attention.multihead import MultiHeadAttention, window_options
 from attnmt.attention.relative import RelativePositions
+from attnmt.attention import window as window_module
 from attnmt.attention.window import BoundaryPointers, soft_window_mask
 from attnmt.config import Config, ModelConfig
 from attnmt.kernels import cache
@@ -305,6 +306,27 @@ def test_mask_gradients_match_autograd_of_the_matrix_definition(mask, segment):
     phi = torch.softmax(torch.randn(1, 2, 7, generator=g, dtype=torch.float64), -1).requires_grad_()
     phi_r = torch.softmax(torch.randn(1, 2, 7, generator=g, dtype=torch.float64), -1).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: soft_window_mask(a, b, segment, mask), (phi, phi_r))
+
+
+@pytest.mark.parametrize("mask", ["exact", "union", "sum"])
+@pytest.mark.parametrize("segment", [0, 3])
+def test_mask_backward_is_the_same_with_kept_or_recomputed_terms(mask, segment):
+    """The CPU keeps the forward's cumulative sums for the backward, a GPU recomputes them from φ̂
+    (less memory): both give one gradient, and on the CPU it is that of the dense definition."""
+    g = torch.Generator().manual_seed(5)
+    phi = torch.softmax(torch.randn(2, 3, 2, 4, 9, generator=g, dtype=torch.float64) * 3, -1)
+    weight = torch.randn(2, 3, 4, 9, generator=g, dtype=torch.float64)  # d loss / d M
+    p = window_module.segment_mass(phi, segment) if segment > 1 else phi
+    grad = window_module.segment_mass(weight, segment) if segment > 1 else weight
+    kept = window_module._mask_backward(grad, p, mask, window_module._mask_terms(p, mask)[1])
+    recomputed = window_module._mask_backward(grad, p, mask)
+    torch.testing.assert_close(kept, recomputed, rtol=0, atol=0)
+    # through the softmax, as the pointers reach the mask (the dense form uses Σ φ̂ = 1)
+    logits = phi.log().requires_grad_()
+    got = torch.autograd.grad((window_module.window_mask(logits.softmax(-1), segment, mask) * weight).sum(), logits)[0]
+    dense = logits.softmax(-1)
+    made = _dense_reference(dense[..., 0, :, :], dense[..., 1, :, :], segment, mask)
+    torch.testing.assert_close(got, torch.autograd.grad((made * weight).sum(), logits)[0])
 
 
 # ---------------------------------------------------------------- window statistics (analyse window-stats)

@@ -225,74 +225,83 @@ def _spread(n: int, segment: int, m: int, dtype: torch.dtype, device: torch.devi
 
 
 def _mask_terms(p: torch.Tensor, mask: str):
-    """Token-level M (…, T, n) before clamping from P (…, 2, T, n), and the pieces it is made of."""
-    up = p.cumsum(-1)  # [P(l <= j); P(r <= j)]
-    down = up[..., -1:] - up + p  # [P(l >= j); P(r >= j)]: total − Σ_{i<j}; exact for one-hot P
-    (f, g_back), (f_back, g) = up.unbind(-3), down.unbind(-3)
-    forward = f * g  # M_fw: j in [l, r]
-    backward = f_back * g_back  # M_bw: j in [r, l]
-    if mask == "sum":  # the paper's literal M_fw + M_bw (reaches 2 where l = r = j)
-        m = forward + backward
-    elif mask == "union":
-        m = forward + backward - forward * backward
-    elif mask == "exact":
-        m = forward + backward - p.select(-3, 0) * p.select(-3, 1)  # minus P(l at j) P(r at j)
-    else:
+    """Token-level M (…, T, n) before clamping from P (…, 2, T, n), and what its backward reads:
+    (up, down, M_fw, M_bw), the last two only for ``mask="union"`` (else None)."""
+    if mask not in MASKS:
         raise ValueError(f"unknown window mask {mask!r} (expected one of {', '.join(MASKS)})")
-    return m, (up, down, forward, backward)
+    up = p.cumsum(-1)  # [P(l <= j); P(r <= j)]
+    down = torch.sub(up[..., -1:], up).add_(p)  # [P(l >= j); P(r >= j)]: total − Σ_{i<j}; exact for one-hot P
+    (f, g_back), (f_back, g) = up.unbind(-3), down.unbind(-3)
+    if mask == "union":  # M_fw + M_bw − M_fw M_bw
+        forward, backward = f * g, f_back * g_back  # M_fw: j in [l, r]; M_bw: j in [r, l]
+        return forward + backward - forward * backward, (up, down, forward, backward)
+    m = torch.mul(f, g).addcmul_(f_back, g_back)  # M_fw + M_bw: the paper's literal "sum" (2 where l = r = j)
+    if mask == "exact":
+        m.addcmul_(p.select(-3, 0), p.select(-3, 1), value=-1)  # minus P(l at j) P(r at j)
+    return m, (up, down, None, None)
 
 
 def _mask_backward(grad: torch.Tensor, p: torch.Tensor, mask: str, terms: tuple | None = None) -> torch.Tensor:
     """The gradient wrt P (…, 2, T, n) of the token-level mask, given the gradient wrt M (…, T, n);
-    ``terms``: ``_mask_terms(p, mask)`` where the forward kept them."""
-    m, (up, down, fw, bw) = terms or _mask_terms(p, mask)
-    if mask != "sum":  # clamp's gradient: zero where the clamp was active
-        grad = grad * ((m >= 0) & (m <= 1)).to(grad.dtype)
+    ``terms``: ``_mask_terms(p, mask)[1]`` where the forward kept them. The clamp to [0, 1] only
+    corrects rounding (M lies in [0, 1] in exact arithmetic), so its gradient is taken as 1: the
+    gradient of the mask's definition."""
+    up, down, fw, bw = terms or _mask_terms(p, mask)[1]
     if mask == "union":  # d M / d M_fw = 1 − M_bw, d M / d M_bw = 1 − M_fw
-        sides = torch.stack((grad * (1 - bw), grad * (1 - fw)), -3)
-        d_up, d_down = sides * down.flip(-3), (sides * up).flip(-3)
+        d_fw, d_bw = grad * (1 - bw), grad * (1 - fw)
     else:  # both terms enter with weight 1
-        d_up, d_down = grad.unsqueeze(-3) * down.flip(-3), grad.unsqueeze(-3) * up.flip(-3)
+        d_fw = d_bw = grad
+    # M_fw = f g = up_l down_r, M_bw = f' g' = down_l up_r: each side's factor times the other's
+    (f, g_back), (f_back, g) = up.unbind(-3), down.unbind(-3)
+    d_up, d_down = torch.empty_like(up), torch.empty_like(down)
+    torch.mul(d_fw, g, out=d_up[..., 0, :, :])  # d f
+    torch.mul(d_bw, f_back, out=d_up[..., 1, :, :])  # d g'
+    torch.mul(d_bw, g_back, out=d_down[..., 0, :, :])  # d f'
+    torch.mul(d_fw, f, out=d_down[..., 1, :, :])  # d g
     # up = P U feeds keys j >= i (adjoint: suffix sum), down = P Uᵀ feeds keys j <= i (prefix sum):
     # d P_i = Σ_{j>=i} d_up[j] + Σ_{j<=i} d_down[j] = Σ d_up + cumsum(d_down − d_up)_i + d_up[i]
-    d_p = d_up.sum(-1, keepdim=True) + (d_down - d_up).cumsum(-1) + d_up
-    if mask == "exact":
-        d_p = d_p - grad.unsqueeze(-3) * p.flip(-3)
+    d_p = d_down.sub_(d_up).cumsum_(-1).add_(d_up).add_(d_up.sum(-1, keepdim=True))
+    if mask == "exact":  # minus P(l at j) P(r at j)
+        d_p[..., 0, :, :].addcmul_(grad, p[..., 1, :, :], value=-1)
+        d_p[..., 1, :, :].addcmul_(grad, p[..., 0, :, :], value=-1)
     return d_p
 
 
 def _mask_forward(phi: torch.Tensor, segment: int, mask: str):
-    """M (…, T, S) from φ̂ (…, 2, T, S), and what its backward keeps: (M, P, M per segment or
-    token before the clamp, ``_mask_terms``'s pieces)."""
+    """M (…, T, S) from φ̂ (…, 2, T, S), and what its backward reads: (M, P, ``_mask_terms``'
+    pieces), P the segment masses (φ̂ itself for a token mask)."""
     p = segment_mass(phi, segment) if segment > 1 else phi
     m, terms = _mask_terms(p, mask)
-    out = m.clamp(0.0, 1.0) if mask != "sum" else m  # only rounding can leave [0, 1]
-    return (expand_segments(out, segment, phi.size(-1)) if segment > 1 else out), p, m, terms
+    if mask != "sum":  # only rounding can leave [0, 1]
+        m = m.clamp_(0.0, 1.0)
+    return (expand_segments(m, segment, phi.size(-1)) if segment > 1 else m), p, terms
 
 
 class _SoftWindowMask(torch.autograd.Function):
-    """M from φ̂ = [φ̂_l; φ̂_r]. Token masks save only φ̂ (which the pointer softmax keeps anyway)
-    and recompute the cumulative sums in backward instead of holding ~6 extra (B, H, 2, T, S)
-    tensors; segment masks keep their terms, b times smaller than φ̂."""
+    """M from φ̂ = [φ̂_l; φ̂_r]. Segment masks keep their terms (b times smaller than φ̂), as do
+    token masks on the CPU, where recomputing them costs a fifth of the mask's time; elsewhere
+    (a GPU) token masks save only φ̂ (which the pointer softmax keeps anyway) and recompute the
+    cumulative sums in backward instead of holding ~2 extra (B, H, 2, T, S) tensors."""
 
     @staticmethod
     def forward(ctx, phi, segment: int, mask: str):
         ctx.segment, ctx.mask, ctx.n = segment, mask, phi.size(-1)
-        out, p, m, terms = _mask_forward(phi, segment, mask)
-        if segment > 1:
-            ctx.save_for_backward(p, m, *terms)
+        out, p, terms = _mask_forward(phi, segment, mask)
+        ctx.kept = segment > 1 or phi.device.type == "cpu"
+        if ctx.kept:
+            ctx.save_for_backward(p, *terms)
         else:
             ctx.save_for_backward(phi)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        p, *kept = ctx.saved_tensors
+        p, *terms = ctx.saved_tensors
+        terms = tuple(terms) if ctx.kept else None
         if ctx.segment > 1:  # a segment's keys share one value: its gradient is their sum
-            grad = segment_mass(grad, ctx.segment)
-            d_p = _mask_backward(grad, p, ctx.mask, (kept[0], tuple(kept[1:])))
+            d_p = _mask_backward(segment_mass(grad, ctx.segment), p, ctx.mask, terms)
             return expand_segments(d_p, ctx.segment, ctx.n), None, None  # each key of a segment alike
-        return _mask_backward(grad, p, ctx.mask), None, None
+        return _mask_backward(grad, p, ctx.mask, terms), None, None
 
 
 def window_mask(phi: torch.Tensor, segment: int = 0, mask: str = "exact") -> torch.Tensor:
