@@ -292,7 +292,7 @@ def test_no_cubic_tensors(variant):
 @pytest.mark.parametrize("mask", ["exact", "union", "sum"])
 @pytest.mark.parametrize("segment", [0, 3])
 def test_mask_gradients_match_autograd_of_the_matrix_definition(mask, segment):
-    """The memory-lean backward (recomputed cumulative sums) against autograd of the dense form."""
+    """The mask's backward against autograd of the dense form."""
     g = torch.Generator().manual_seed(4)
     logits_l = torch.randn(2, 3, 10, generator=g, dtype=torch.float64, requires_grad=True)
     logits_r = torch.randn(2, 3, 10, generator=g, dtype=torch.float64, requires_grad=True)
