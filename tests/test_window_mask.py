@@ -114,7 +114,7 @@ def test_mask_gradients_match_autograd_of_the_matrix_definition(mask, segment):
 
 @pytest.mark.parametrize("mask", ["exact", "union", "sum"])
 @pytest.mark.parametrize("segment", [0, 3])
-def test_mask_backward_is_the_same_with_kept_or_recomputed_terms(mask, segment):
+def test_mask_backward_is_the_same_with_kept_or_recomputed_terms(mask, segment, monkeypatch):
     """The CPU keeps the forward's cumulative sums for the backward, a GPU recomputes them from φ̂
     (less memory): both give one gradient, and on the CPU it is that of the dense definition."""
     g = torch.Generator().manual_seed(5)
@@ -131,5 +131,8 @@ def test_mask_backward_is_the_same_with_kept_or_recomputed_terms(mask, segment):
     dense = logits.softmax(-1)
     made = _dense_reference(dense[..., 0, :, :], dense[..., 1, :, :], segment, mask)
     torch.testing.assert_close(got, torch.autograd.grad((made * weight).sum(), logits)[0])
+    monkeypatch.setattr(window_module, "KEEP_TOKEN_TERMS_ON", ())  # as on a GPU: recomputed from φ̂
+    again = torch.autograd.grad((window_module.window_mask(logits.softmax(-1), segment, mask) * weight).sum(), logits)[0]
+    torch.testing.assert_close(again, got, rtol=0, atol=0)
 
 

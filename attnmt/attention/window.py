@@ -277,6 +277,10 @@ def _mask_forward(phi: torch.Tensor, segment: int, mask: str):
     return (expand_segments(m, segment, phi.size(-1)) if segment > 1 else m), p, terms
 
 
+# devices where a token mask's backward reads the forward's cumulative sums (time over memory)
+KEEP_TOKEN_TERMS_ON = ("cpu",)
+
+
 class _SoftWindowMask(torch.autograd.Function):
     """M from φ̂ = [φ̂_l; φ̂_r]. Segment masks keep their terms (b times smaller than φ̂), as do
     token masks on the CPU, where recomputing them costs a fifth of the mask's time; elsewhere
@@ -287,7 +291,7 @@ class _SoftWindowMask(torch.autograd.Function):
     def forward(ctx, phi, segment: int, mask: str):
         ctx.segment, ctx.mask, ctx.n = segment, mask, phi.size(-1)
         out, p, terms = _mask_forward(phi, segment, mask)
-        ctx.kept = segment > 1 or phi.device.type == "cpu"
+        ctx.kept = segment > 1 or phi.device.type in KEEP_TOKEN_TERMS_ON
         if ctx.kept:
             ctx.save_for_backward(p, *terms)
         else:
