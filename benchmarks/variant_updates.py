@@ -33,10 +33,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # checkout_rounds beside this script
+from checkout_rounds import checkout_dirs, run_rounds  # noqa: E402
 
 PLACEMENT = ["model.enc_self_attention={v}", "model.cross_attention={v}"]
 
@@ -120,23 +122,16 @@ def main() -> None:
     variants = args.variants.split(",")
     if variants[0] != "standard":
         variants.insert(0, "standard")
-    checkouts = [str(Path(c).resolve()) for c in args.checkouts.split(",")]
-    jobs = [(c, v) for c in checkouts for v in variants]
-    times: dict = {job: [] for job in jobs}
-    flops: dict = {}
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    for r in range(args.rounds):
-        for checkout, variant in jobs[r % len(jobs):] + jobs[: r % len(jobs)]:
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--data", str(Path(args.data).resolve()),
-                   "--worker", variant, "--updates", str(args.updates), "--hidden", str(args.hidden),
-                   "--lines", str(args.lines)] + (["--flops"] if args.flops and r == 0 else [])
-            out = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                sys.exit(f"variant_updates: {variant} in {checkout} failed: {out.stderr.strip().splitlines()[-1:]}")
-            reply = json.loads(out.stdout.strip().splitlines()[-1])
-            times[(checkout, variant)].append(reply["cpu_s"])
-            if "product_gflop" in reply:
-                flops[(checkout, variant)] = reply["product_gflop"]
+    jobs = [(c, v) for c in checkout_dirs(args.checkouts) for v in variants]
+
+    def command(variant: str, r: int) -> list[str]:
+        return [sys.executable, str(Path(__file__).resolve()), "--data", str(Path(args.data).resolve()),
+                "--worker", variant, "--updates", str(args.updates), "--hidden", str(args.hidden),
+                "--lines", str(args.lines)] + (["--flops"] if args.flops and r == 0 else [])
+
+    replies = run_rounds(jobs, args.rounds, command, "variant_updates")
+    times = {job: [reply["cpu_s"] for reply in got] for job, got in replies.items()}
+    flops = {job: reply["product_gflop"] for job, got in replies.items() for reply in got if "product_gflop" in reply}
     rows = []
     for checkout, variant in jobs:
         own, base = times[(checkout, variant)], times[(checkout, "standard")]

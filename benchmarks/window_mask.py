@@ -20,10 +20,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # checkout_rounds beside this script
+from checkout_rounds import checkout_dirs, run_rounds  # noqa: E402
 
 KINDS = ((0, "exact"), (0, "sum"), (3, "exact"), (5, "sum"))  # (segment size, mask)
 
@@ -67,18 +69,11 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    checkouts = [str(Path(c).resolve()) for c in args.checkouts.split(",")]
-    times: dict = {(c, f"{m}/{s}"): [] for c in checkouts for s, m in KINDS}
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    for r in range(args.rounds):
-        for checkout in checkouts[r % len(checkouts):] + checkouts[: r % len(checkouts)]:
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--shape", args.shape,
-                   "--repeats", str(args.repeats)]
-            out = subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                sys.exit(f"window_mask: {checkout} failed: {out.stderr.strip().splitlines()[-1:]}")
-            for kind, ms in json.loads(out.stdout.strip().splitlines()[-1]).items():
-                times[(checkout, kind)].append(ms)
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--shape", args.shape,
+               "--repeats", str(args.repeats)]
+    replies = run_rounds([(c, "masks") for c in checkout_dirs(args.checkouts)], args.rounds,
+                         lambda name, r: command, "window_mask")
+    times = {(c, kind): [reply[kind] for reply in got] for (c, _), got in replies.items() for kind in got[0]}
     rows = [{"checkout": c, "kind": kind, "ms": [round(t, 3) for t in ts], "ms_median": round(statistics.median(ts), 3)}
             for (c, kind), ts in times.items()]
     print(json.dumps({"benchmark": "window_mask", "shape": args.shape, "rounds": args.rounds,

@@ -226,9 +226,8 @@ def _spread(n: int, segment: int, m: int, dtype: torch.dtype, device: torch.devi
 
 def _mask_terms(p: torch.Tensor, mask: str):
     """Token-level M (…, T, n) before clamping from P (…, 2, T, n), and what its backward reads:
-    (up, down, M_fw, M_bw), the last two only for ``mask="union"`` (else None)."""
-    if mask not in MASKS:
-        raise ValueError(f"unknown window mask {mask!r} (expected one of {', '.join(MASKS)})")
+    (up, down, M_fw, M_bw), the last two only for ``mask="union"`` (else None). ``window_mask``
+    checks ``mask``."""
     up = p.cumsum(-1)  # [P(l <= j); P(r <= j)]
     down = torch.sub(up[..., -1:], up).add_(p)  # [P(l >= j); P(r >= j)]: total − Σ_{i<j}; exact for one-hot P
     (f, g_back), (f_back, g) = up.unbind(-3), down.unbind(-3)
