@@ -9,7 +9,9 @@ smoothing 0.1), bfloat16 products where the CPU has them (``train.amp``), torch'
 allocator kept from returning memory (``train/allocator.py``); the model is
 ``configs/race-transformer.yaml`` at d ``--hidden`` (hidden/64 heads, ff 4·hidden), the variant in
 encoder self- and cross-attention of every layer (``+paper``: with the authors' preset; ``+KEY=VALUE``:
-with ``model.window_KEY``, e.g. ``window-add-seg+mask=full``, the ablation without the window), and the
+with ``model.window_KEY``, e.g. ``window-add-seg+mask=full``, the ablation without the window; a
+dotted key is a config key as given: ``window-add-seg+paper+model.attention_layers=2`` is the
+authors' placement, configs/paper-window-add-seg.yaml's lower 2 of 3 layers), and the
 batches are the race's: ~2,000 target tokens of its pieces (``peer_race.py``'s data folder), so
 their shapes change at every update as a training run's do. Unlike ``window_attention.py`` (one
 fixed batch, the variants interleaved in one process), each variant runs in its own process, with
@@ -43,6 +45,21 @@ from checkout_rounds import checkout_dirs, run_rounds  # noqa: E402
 PLACEMENT = ["model.enc_self_attention={v}", "model.cross_attention={v}"]
 
 
+def variant_sets(spec: str) -> list[str]:
+    """The config overrides of a variant spec: "window-add-seg+paper+model.attention_layers=2" ->
+    the variant in PLACEMENT, then per "+" option a preset ("paper"), a window key ("mask=full" ->
+    model.window_mask=full) or a dotted config key as given."""
+    variant, _, options = spec.partition("+")
+    sets = [] if variant == "standard" else [s.format(v=variant) for s in PLACEMENT]
+    for option in filter(None, options.split("+")):
+        key, _, value = option.partition("=")
+        if not value:
+            sets.append(f"model.window_preset={option}")
+        else:
+            sets.append(f"{key}={value}" if "." in key else f"model.window_{key}={value}")
+    return sets
+
+
 def worker(args) -> None:
     """One variant's updates in this process (run with the checkout as the working directory)."""
     sys.path.insert(0, os.getcwd())
@@ -58,11 +75,7 @@ def worker(args) -> None:
     keep_freed_memory()
     torch.set_num_threads(1)
     data = Path(args.data)
-    variant, _, preset = args.worker.partition("+")
-    sets = [] if variant == "standard" else [s.format(v=variant) for s in PLACEMENT]
-    for option in filter(None, preset.split("+")):  # "paper" (a preset) or a window option, "mask=full"
-        key, _, value = option.partition("=")
-        sets.append(f"model.window_{key}={value}" if value else f"model.window_preset={option}")
+    sets = variant_sets(args.worker)
     h = args.hidden
     cfg = load_config(Path("configs/race-transformer.yaml"),
                       [f"model.hidden={h}", f"model.heads={max(h // 64, 1)}", f"model.ff={4 * h}", *sets])
