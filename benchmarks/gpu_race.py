@@ -75,15 +75,7 @@ def attnmt_side(args, sets: list[str], out: Path) -> dict:
     with open(out / "attnmt.train.log", "w", encoding="utf-8") as log:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env_for(args.threads), cwd=peer_race.ROOT)
     peak = memory.stop()
-    records, end = [], None
-    for line in (run_dir / "log.jsonl").read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        if rec.get("event") == "train":
-            records.append((rec["time"], rec["step"], rec["tokens"]))
-        elif rec.get("event") == "end":
-            end = rec
-    if end is None:
-        raise SystemExit(f"gpu_race: attnmt did not finish within {args.budget} s (see {out / 'attnmt.train.log'})")
+    records, end = peer_race.attnmt_progress(run_dir, args.budget, out / "attnmt.train.log")
     return {**peer_race.rates(records, args.budget, end["step"], end["tokens"]), "gpu_peak_mib": peak}
 
 

@@ -381,6 +381,24 @@ def attnmt_translate(run_dir: Path, data: Path, hyp: Path, *flags: str) -> list[
             str(data / "test.en"), "--output", str(hyp), "--beam", "5", "--batch-size", "64", *flags]
 
 
+def attnmt_progress(run_dir: Path, budget: float, log: Path) -> tuple[list[tuple[float, int, int]], dict]:
+    """(time, step, cumulative target pieces) of each progress record in the run's log.jsonl, and
+    its end record; RaceError (naming the training ``log``) if there is none."""
+    records, end = [], None
+    log_jsonl = run_dir / "log.jsonl"
+    if not log_jsonl.exists():
+        raise RaceError(f"attnmt wrote no log within {budget:g} s (see {log})")
+    for line in log_jsonl.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "train":
+            records.append((rec["time"], rec["step"], rec["tokens"]))
+        elif rec.get("event") == "end":
+            end = rec
+    if end is None:
+        raise RaceError(f"attnmt did not finish cleanly within {budget:g} s (see {log})")
+    return records, end
+
+
 def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: int, sets: list[str],
                 ct2_types: list[str] = (), int8: bool = True) -> dict:
     if run_dir.exists():
@@ -394,18 +412,7 @@ def race_attnmt(model: str, data: Path, run_dir: Path, budget: float, threads: i
         cmd += ["--set", s]
     with open(log, "w", encoding="utf-8") as out:
         subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    records, end = [], None
-    log_jsonl = run_dir / "log.jsonl"
-    if not log_jsonl.exists():
-        raise RaceError(f"attnmt wrote no log within {budget:g} s (see {log})")
-    for line in log_jsonl.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        if rec.get("event") == "train":
-            records.append((rec["time"], rec["step"], rec["tokens"]))
-        elif rec.get("event") == "end":
-            end = rec
-    if end is None:
-        raise RaceError(f"attnmt did not finish cleanly within {budget:g} s (see {log})")
+    records, end = attnmt_progress(run_dir, budget, log)
     result = rates(records, budget, end["step"], end["tokens"])
     result["state"] = ("final checkpoint at train.max_time" if end.get("reason") == "budget"
                        else "checkpoint written on SIGTERM after the update in progress")
