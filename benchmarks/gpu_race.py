@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -57,11 +56,9 @@ class MemorySampler:
 
 
 def env_for(threads: int) -> dict:
-    """The machine's own Python path kept (the peer may live in a --target folder on PYTHONPATH)."""
-    root = str(peer_race.ROOT)
-    path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path,
-            "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+    """peer_race's environment for attnmt (this checkout first on PYTHONPATH, the machine's own path
+    kept: the peer may live in a --target folder there), for both sides."""
+    return {**peer_race.attnmt_env(threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
 
 
 def attnmt_side(args, sets: list[str], out: Path) -> dict:
