@@ -53,6 +53,13 @@ class DataConfig:
     # nbest_size -1), seeded by train.seed and the epoch; dev and test are never sampled.
     # tokenizer bpe or unigram only; 0 = off
     spm_alpha: float = 0.0
+    # a corpus made by `attnmt data prepare` (data/prepare.py): its tokenizers and memory-mapped
+    # ids replace train/dev and the tokenizer keys; "" = prepare train/dev into RUN/data first
+    prepared: str = ""
+    # preparing raw text (data.train): opt-in filters, and the tokenizers' sample size
+    max_ratio: float = 0.0  # > 0: drop pairs whose longer side is over this times the shorter
+    drop_identical: bool = False  # drop pairs whose source and target are the same text
+    tokenizer_sample: int = 2_000_000  # sentences per side the tokenizers learn from
 
 
 # -- model: one config per family; ``model.type`` picks it ---------------------------------------
@@ -212,6 +219,7 @@ class TrainConfig:
     valid_every: int = 0  # steps; 0 = once per epoch
     save_every: int = 0  # steps; 0 = once per epoch (and at each validation)
     seed: int = 1
+    bucket_pool: int = 1_000_000  # sentences sorted by length together (data/batching.py)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     amp: bool = True  # mixed precision where it helps: CUDA autocast; on a CPU with bfloat16 units
     #                   (AVX-512 BF16, AMX) the LSTM's and the Transformer's training products in
@@ -547,12 +555,12 @@ BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
         "model.layers", "model.hidden", "model.embed", "model.heads", "model.ff", "model.max_src_len",
         "model.max_positions", "model.window_segment", "model.relative_clip", "train.epochs",
         "train.batch_size", "train.accumulate", "train.log_every", "data.max_len", "ngram.order",
-        "train.valid_beam")],
+        "train.valid_beam", "train.bucket_pool", "data.tokenizer_sample")],
     *[(k, lambda v: v >= 0, ">= 0") for k in (
         "model.window", "model.sigma", "model.window_temperature", "train.decay_start", "train.warmup",
         "train.clip", "train.init_uniform", "train.max_time", "train.max_steps", "train.valid_every",
         "train.save_every", "train.threads", "train.row_groups", "ngram.anneal_steps",
-        "train.valid_max_sentences", "train.patience")],
+        "train.valid_max_sentences", "train.patience", "data.max_ratio")],
     *[(k, lambda v: v >= 5, "at least 5 (4 special tokens + 1)") for k in (
         "data.src_vocab_size", "data.tgt_vocab_size")],
     ("train.lr", lambda v: v > 0, "> 0"),

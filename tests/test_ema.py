@@ -58,9 +58,8 @@ def test_the_average_is_the_formula_on_a_two_step_toy_with_tied_weights():
 
 def _two_updates(trainer) -> list[dict[str, torch.Tensor]]:
     """The parameters before and after each of two real trainer updates."""
-    from attnmt.data.batching import iterate_batches
-
-    batches = list(iterate_batches(trainer.data.train_src, trainer.data.train_tgt, trainer._epoch_batches()[:2]))
+    epoch = trainer._epoch_batches()
+    batches = [trainer.data.train.collate(epoch[k], 1, k) for k in range(2)]
     theta = [{n: p.detach().clone() for n, p in trainer.model.named_parameters()}]
     for batch in batches:
         trainer.train_step([batch])

@@ -210,7 +210,112 @@ def run_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
-SUBCOMMANDS = [_add_bible, _add_synthetic, _add_domains, _add_agreement]
+# ---------------------------------------------------------------- prepare
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="tokenize a corpus once into memory-mapped arrays that training reads (data.prepared)",
+        description="Learn the tokenizers on a bounded sample, encode every split with worker "
+        "processes into DIR/{split}.{src,tgt}.{ids,off,len}.npy with a manifest, filtering as told; "
+        "train with --set data.prepared=DIR. Without --config the defaults are a unigram model of "
+        "8000 pieces per side; with --config its data section gives them (flags override). "
+        "See attnmt/data/prepare.py.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (made atomically)")
+    p.add_argument("--config", metavar="CONFIG", help="take the corpus and settings from this "
+                   "config's data section (and task, train.seed, ngram.domains)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, as attnmt train does (with --config)")
+    p.add_argument("--train", nargs="+", metavar="PREFIX[:WEIGHT]",
+                   help="training corpora: PREFIX.SRC/PREFIX.TGT, a .tsv, or an LM's text file; "
+                   ":WEIGHT samples it WEIGHT times an epoch (in-domain:3)")
+    p.add_argument("--dev", nargs="+", metavar="PREFIX", help="development corpus")
+    p.add_argument("--task", choices=["translate", "lm"], help="translate (pairs) or lm (text)")
+    p.add_argument("--src", help="source suffix (default en)")
+    p.add_argument("--tgt", help="target suffix (default es)")
+    p.add_argument("--tokenizer", choices=["word", "bpe", "unigram"], help="default unigram")
+    p.add_argument("--vocab-size", type=int, help="vocabulary size of both sides (default 8000)")
+    p.add_argument("--src-vocab-size", type=int)
+    p.add_argument("--tgt-vocab-size", type=int)
+    p.add_argument("--src-spm", metavar="MODEL", help="use this tokenizer (a sentencepiece model "
+                   "with pad 0 unk 1 <s> 2 </s> 3, or a word .vocab) instead of learning one")
+    p.add_argument("--tgt-spm", metavar="MODEL")
+    p.add_argument("--lowercase", action="store_true", default=None)
+    p.add_argument("--max-len", type=int, help="drop training pairs with a side over N pieces "
+                   "(default none; --config: data.max_len)")
+    p.add_argument("--max-ratio", type=float, help="drop training pairs whose longer side is over "
+                   "R times the shorter (default off)")
+    p.add_argument("--drop-identical", action="store_true", default=None,
+                   help="drop training pairs whose source and target are the same text")
+    p.add_argument("--sample", type=int, help="sentences per side the tokenizers learn from "
+                   "(default 2000000; a larger corpus is sampled at random)")
+    p.add_argument("--seed", type=int, help="seed of the tokenizer sample (default 1)")
+    p.add_argument("--keep-text", action="store_true", default=None,
+                   help="keep the training text too (data.spm_alpha samples from it)")
+    p.add_argument("--workers", type=int, default=0, help="encoding processes (default: one per core)")
+    p.add_argument("--force", action="store_true", help="replace an earlier preparation in DIR")
+    p.set_defaults(func=run_prepare)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from attnmt.data.prepare import prepare
+    from attnmt.data.sources import parse_sources
+    from attnmt.errors import UserError
+
+    spec = _prepare_spec(args)
+    if args.train is not None:
+        spec.train = parse_sources(" ".join(args.train), spec.task, spec.src, spec.tgt, None)
+    if args.dev is not None:
+        spec.dev = parse_sources(" ".join(args.dev), spec.task, spec.src, spec.tgt, None, key="--dev")
+    if not spec.train:
+        raise UserError("give --train (or --config with data.train)")
+    for flag, value in (("--sample", spec.sample), ("--src-vocab-size", spec.src_vocab_size),
+                        ("--tgt-vocab-size", spec.tgt_vocab_size)):
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    if spec.max_len < 0 or spec.max_ratio < 0 or args.workers < 0:
+        raise UserError("--max-len, --max-ratio and --workers must be >= 0")
+    spec.workers = args.workers
+    t0 = time.time()
+    manifest = prepare(spec, args.out, force=args.force, progress=sys.stderr.isatty())
+    pairs = manifest["splits"]["train"]["pairs"]
+    print(f"attnmt: data prepare: {pairs:,} training {'lines' if spec.task == 'lm' else 'pairs'} "
+          f"in {args.out} ({time.time() - t0:.0f} s); train with --set data.prepared={args.out}",
+          file=sys.stderr)
+    return 0
+
+
+def _prepare_spec(args: argparse.Namespace):
+    """The preparation the flags ask for: --config's data section, then each flag given."""
+    from attnmt.data.prepare import PrepareSpec, spec_from_config
+    from attnmt.errors import UserError
+
+    spec = PrepareSpec(train=[])
+    if args.config:
+        from attnmt.config import load_config
+
+        cfg = load_config(args.config, args.overrides)
+        if cfg.task not in ("translate", "lm"):
+            raise UserError(f"task {cfg.task} is not prepared (a classification set is read as it is)",
+                            args.config)
+        spec = spec_from_config(cfg, corpora=args.train is None)
+    elif args.overrides:
+        raise UserError("--set needs --config")
+    for name, value in (("task", args.task), ("src", args.src), ("tgt", args.tgt),
+                        ("tokenizer", args.tokenizer), ("src_vocab_size", args.src_vocab_size or args.vocab_size),
+                        ("tgt_vocab_size", args.tgt_vocab_size or args.vocab_size),
+                        ("lowercase", args.lowercase), ("max_len", args.max_len),
+                        ("max_ratio", args.max_ratio), ("drop_identical", args.drop_identical),
+                        ("sample", args.sample), ("seed", args.seed), ("keep_text", args.keep_text)):
+        if value is not None:
+            setattr(spec, name, value)
+    spec.given.update({side: path for side, path in (("src", args.src_spm), ("tgt", args.tgt_spm)) if path})
+    return spec
+
+
+SUBCOMMANDS = [_add_bible, _add_synthetic, _add_domains, _add_agreement, _add_prepare]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,4 +1,5 @@
 """attnmt ngram build --order 5 --input TEXT --arpa OUT [--binary OUT] [--vocab-from RUN] [--prune ..]
+attnmt ngram build --order 5 --prepared DIR --binary OUT     the ids of a prepared corpus
                    [--memory 4G] [--temp DIR]
 attnmt ngram ppl --model M --input TEXT [--json]
 attnmt ngram query --model M < sentences          per-word and total log10 scores (KenLM style)"""
@@ -20,7 +21,11 @@ from attnmt.jsonio import dumps
 def _add_build(cmds: argparse._SubParsersAction) -> None:
     b = cmds.add_parser("build", help="estimate an interpolated modified-KN model from text")
     b.add_argument("--order", type=int, default=5, help="n-gram order (default 5)")
-    b.add_argument("--input", required=True, help="training text, one sentence per line")
+    source = b.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", help="training text, one sentence per line")
+    source.add_argument("--prepared", metavar="DIR",
+                        help="a corpus of attnmt data prepare: its training targets' ids, with its "
+                             "target tokenizer's vocabulary (no text is read again)")
     b.add_argument("--arpa", help="write the model as ARPA (KenLM-compatible)")
     b.add_argument("--binary", help="write the model in attnmt's binary format (fast loading)")
     b.add_argument("--vocab-from", metavar="RUN_DIR",
@@ -79,7 +84,13 @@ def run_build(args: argparse.Namespace) -> int:
 
     from attnmt.runs.checkpoint import run_files
 
-    check_input(args.input)
+    source = args.input
+    if args.prepared:
+        if args.vocab_from:
+            raise UserError("--prepared brings its own vocabulary: leave --vocab-from out")
+        source = prepared_targets(args.prepared)
+    else:
+        check_input(args.input)
     for flag, out in (("--arpa", args.arpa), ("--binary", args.binary)):
         if out:  # checked before the (long) estimation
             check_output(out, [args.input, *run_files(args.vocab_from)], flag)
@@ -92,7 +103,7 @@ def run_build(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(args.vocab_from, "tgt")
     start = time.perf_counter()
     vocab, tables, info, cleanup = estimate_stream(
-        args.input, order=args.order, tokenizer=tokenizer, prune=args.prune,
+        source, order=args.order, tokenizer=tokenizer, prune=args.prune,
         discount_fallback=None if args.no_discount_fallback else FALLBACK_DISCOUNTS,
         memory=memory, work_dir=args.temp, progress=not args.no_progress and sys.stderr.isatty(),
     )
@@ -114,6 +125,16 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"estimated {info['order']}-gram from {info['tokens']} tokens, "
           f"{info['sentences']} sentences in {took:.1f}s; n-grams {counts}", file=sys.stderr)
     return 0
+
+
+def prepared_targets(path: str):
+    """The training targets of a prepared corpus as the streaming estimator's input."""
+    from attnmt.data.prepared import open_prepared
+    from attnmt.ngram.corpus import PreparedBlocks
+
+    corpus = open_prepared(path)
+    tok = corpus.tokenizer("tgt", corpus.lowercase)
+    return PreparedBlocks(corpus.split("train").tgt, [tok.piece(i) for i in range(len(tok))])
 
 
 def _model(path: str):

@@ -83,6 +83,9 @@ class WordTokenizer:
     def encode(self, line: str) -> list[int]:
         return [self.index.get(p, UNK) for p in self.split(line)]
 
+    def encode_many(self, lines: list[str]) -> list[list[int]]:
+        return [self.encode(line) for line in lines]
+
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         return [self.index.get(p, UNK) for p in pieces]
 
@@ -173,6 +176,11 @@ class SentencePieceTokenizer:
 
     def encode(self, line: str) -> list[int]:
         return self.sp.encode(_cased(line, self.lowercase))
+
+    def encode_many(self, lines: list[str]) -> list[list[int]]:
+        """``encode`` of every line in one call (one thread: preparation's parallelism is its
+        worker processes)."""
+        return self.sp.encode([_cased(x, self.lowercase) for x in lines], num_threads=1)
 
     def encode_pieces(self, pieces: list[str]) -> list[int]:
         return [self.sp.piece_to_id(p) for p in pieces]

@@ -255,3 +255,54 @@ def read_text_corpus(path: str | os.PathLike, tokenizer=None) -> tuple[list[str]
     reader = TextBlocks(path, tokenizer)
     blocks = list(reader.blocks())
     return reader.vocab, np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+
+
+def flat_from_ragged(ragged, start: int, stop: int, limit: int = 0) -> np.ndarray:
+    """Sentences ``start .. stop`` of a ``Ragged`` (a prepared corpus's ids: data/ragged.py) as one
+    flat ``<s> w1 .. wm </s>`` int64 array, each cut to ``limit`` ids if > 0 (an LM's data.max_len),
+    empty ones left out (an n-gram is estimated from what training reads, ids and no text)."""
+    lengths = np.asarray(ragged.lengths[start:stop], np.int64)
+    offsets = np.asarray(ragged.offsets[start:stop], np.int64)
+    if limit > 0:
+        lengths = np.minimum(lengths, limit)
+    keep = lengths > 0
+    lengths, offsets = lengths[keep], offsets[keep]
+    n, total = len(lengths), int(lengths.sum())
+    flat = np.empty(total + 2 * n, np.int64)
+    first = np.zeros(n, np.int64)  # where each sentence's <s> goes
+    np.cumsum(lengths[:-1] + 2, out=first[1:])
+    flat[first] = BOS
+    flat[first + lengths + 1] = EOS
+    is_word = np.ones(len(flat), bool)
+    is_word[first] = False
+    is_word[first + lengths + 1] = False
+    # every kept id, in order: a gather of each sentence's own range
+    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    flat[is_word] = ragged.ids[np.repeat(offsets, lengths) + within]
+    return flat
+
+
+class PreparedBlocks:
+    """The training targets of a prepared corpus (data/prepared.py) as the streaming estimator's
+    blocks of flat ``<s> .. </s>`` ids (ngram/stream.py), ``sentences`` sentences at a time; its
+    vocabulary is the corpus's target tokenizer's pieces. No text is read."""
+
+    def __init__(self, ragged, vocab: list[str], ranges: Sequence[tuple[int, int]] | None = None,
+                 sentences: int = 1 << 18):
+        self.ragged, self.sentences = ragged, sentences
+        self.ranges = list(ranges) if ranges is not None else [(0, len(ragged))]
+        words = list(vocab)
+        words[: len(SPECIALS)] = SPECIALS
+        self.vocab = words
+        self.path = "prepared corpus"
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        emitted = False
+        for start, stop in self.ranges:
+            for a in range(start, stop, self.sentences):
+                block = flat_from_ragged(self.ragged, a, min(a + self.sentences, stop))
+                if len(block):
+                    emitted = True
+                    yield block
+        if not emitted:
+            raise UserError("no words to estimate from (the corpus's targets are empty)")

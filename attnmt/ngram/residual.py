@@ -48,6 +48,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -213,12 +214,15 @@ def resolve_path(path: str, run_dir: str | Path | None) -> Path:
     return p
 
 
-def build_train_ngram(train_tgt: Sequence[Sequence[int]], tgt_tok, order: int, dest: Path) -> NgramLM:
-    """Estimate the target-side model from the tokenised training data (ids = tgt_tok's)."""
+def build_train_ngram(train_tgt: Sequence[Sequence[int]] | np.ndarray, tgt_tok, order: int,
+                      dest: Path) -> NgramLM:
+    """Estimate the target-side model from the tokenised training data (ids = tgt_tok's): token-id
+    sentences, or a flat ``<s> .. </s>`` array (ngram/corpus.flat_from_ragged)."""
     from attnmt.data.vocab import SPECIALS
 
     vocab = list(SPECIALS) + [tgt_tok.piece(i) for i in range(len(SPECIALS), len(tgt_tok))]
-    lm = NgramLM.estimate([s for s in train_tgt if s], vocab, order=order)
+    sentences = train_tgt if isinstance(train_tgt, np.ndarray) else [s for s in train_tgt if s]
+    lm = NgramLM.estimate(sentences, vocab, order=order)
     lm.save(dest)
     return lm
 
@@ -230,17 +234,16 @@ def attach_ngram(
     tgt_tok,
     step: int = 0,
     step_fn: Callable[[], int] | None = None,
-    train_tgt: Sequence[Sequence[int]] | None = None,
+    train_targets: Callable[[int | None], np.ndarray] | None = None,
     sync: Callable[[], None] = lambda: None,
-    train_src: Sequence[Sequence[int]] | None = None,
 ) -> nn.Module:
     """Wrap ``model`` as ``cfg.ngram`` says; the model itself when no n-gram is configured.
 
-    The trainer passes ``step_fn`` (annealing follows training) and ``train_tgt`` (to estimate
-    ``path: train`` on first start; ranks without it wait in ``sync`` and then load the file);
-    loading a checkpoint passes its ``step``. With ``domains``, ``train_src`` holds each training
-    sentence's domain index and the wrapper gets one n-gram per domain (the first is its
-    ``ngram``, which sentences without a domain index use).
+    The trainer passes ``step_fn`` (annealing follows training) and ``train_targets`` (to estimate
+    ``path: train`` on first start: the flat ``<s> .. </s>`` ids of the training targets, of
+    domain k or all; ranks without it wait in ``sync`` and then load the file); loading a
+    checkpoint passes its ``step``. With ``domains`` the wrapper gets one n-gram per domain (the
+    first is its ``ngram``, which sentences without a domain index use).
     """
     ng: NgramConfig = cfg.ngram
     if not ng.path:
@@ -253,10 +256,10 @@ def attach_ngram(
     else:
         paths = [resolve_path(ng.path.replace("{domain}", name), run_dir) for name in domains]
     if ng.path == TRAIN_PATH and not all(p.exists() for p in paths):
-        if train_tgt is not None:
+        if train_targets is not None:
             for k, path in enumerate(paths):
-                own = train_tgt if not domains else [t for t, s in zip(train_tgt, train_src or []) if s == [k]]
-                if not own:
+                own = train_targets(k if domains else None)
+                if not len(own):
                     raise UserError(f"ngram.domains: no training sentence of domain {domains[k]!r}")
                 build_train_ngram(own, tgt_tok, ng.order, path)
         sync()

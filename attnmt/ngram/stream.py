@@ -40,7 +40,7 @@ import numpy as np
 
 from attnmt.data.vocab import BOS, PAD
 from attnmt.errors import UserError
-from attnmt.ngram.corpus import TextBlocks
+from attnmt.ngram.corpus import PreparedBlocks, TextBlocks
 from attnmt.ngram.estimate import (
     FALLBACK_DISCOUNTS,
     counts_of_counts,
@@ -262,7 +262,7 @@ def _context_blocks(table: Columns, a: Column, V: int, size: int):
 
 
 def estimate_stream(
-    path: str | os.PathLike,
+    path: str | os.PathLike | PreparedBlocks,
     order: int = 5,
     tokenizer=None,
     prune: list[int] | None = None,
@@ -271,7 +271,7 @@ def estimate_stream(
     work_dir: str | os.PathLike | None = None,
     progress: bool = False,
 ):
-    """Estimate from a text file within ``memory`` bytes (plus the resident arrays of the module
+    """Estimate from a text file (or a prepared corpus's ids: ``PreparedBlocks``) within ``memory`` bytes (plus the resident arrays of the module
     docstring). Returns (vocab, tables, info, cleanup): tables is a DiskTables in a temporary
     directory under ``work_dir`` (default: the system's), removed by calling ``cleanup()``.
     """
@@ -295,7 +295,7 @@ def estimate_stream(
 def _estimate(path, order, tokenizer, thresholds, fallback, budget: Budget, work: Path, progress):
     # -- 1. text -> id column ------------------------------------------------------------------
     corpus = _Corpus(work, budget)
-    reader = TextBlocks(path, tokenizer)
+    reader = path if isinstance(path, PreparedBlocks) else TextBlocks(path, tokenizer)
     with _bar(None, "read", "tok", progress) as bar:
         for flat in reader.blocks():
             corpus.add(flat)

@@ -58,7 +58,7 @@ def _has_checkpoint(run: Path) -> bool:
 
 
 # what train writes in a run directory: --out may hold these (a run that was started), nothing else
-_RUN_NAMES = {"config.yaml", "log.jsonl", "labels.txt", "checkpoints", "tensorboard", LOCK_NAME,
+_RUN_NAMES = {"config.yaml", "log.jsonl", "labels.txt", "checkpoints", "tensorboard", "data", LOCK_NAME,
               *(f"{side}{ext}" for side in ("src", "tgt") for ext in (".vocab", ".spm.model", ".spm.vocab"))}
 
 

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from attnmt.config import Config
-from attnmt.data.batching import Batch, iterate_batches, make_batches
+from attnmt.data.batching import Batch, Batches, iterate_batches, make_batches
 from attnmt.errors import UserError
 from attnmt.jsonio import dumps
 from attnmt.kernels import dispatch
@@ -52,7 +52,7 @@ from attnmt.runs.checkpoint import (
 from attnmt.runs.device import resolve_device
 from attnmt.runs.loader import load_weights_into
 from attnmt.train import init_from as init
-from attnmt.train.data import TaskData, prepare_data, resample
+from attnmt.train.data import RELEASE_EVERY, TaskData, prepare_data
 from attnmt.train.ema import EMA
 from attnmt.train.row_groups import grouped_backward, groups_for
 from attnmt.train.row_processes import RowProcesses, supported as row_processes_supported
@@ -175,10 +175,7 @@ class Trainer:
                 init.copy_vocabularies(source, run_dir)
         if source is not None:
             self.dist.barrier()  # the copied tokenizers are in place for every rank
-        self.data: TaskData = prepare_data(
-            cfg, run_dir, create_tokenizers=self.dist.main and not resuming and source is None,
-            sync=self.dist.barrier
-        )
+        self.data: TaskData = prepare_data(cfg, run_dir, self.dist.main, sync=self.dist.barrier)
         src_vocab = len(self.data.src_tok) if self.data.src_tok else 0
         self.model = build_model(cfg, src_vocab, len(self.data.tgt_tok)).to(self.device)
         # NgramRes (ngram: section): a head over the network whose state_dict is the network's;
@@ -186,8 +183,8 @@ class Trainer:
         from attnmt.ngram.residual import attach_ngram
 
         self.model = attach_ngram(self.model, cfg, run_dir, self.data.tgt_tok, step_fn=lambda: self.step,
-                                  train_tgt=self.data.train_tgt if self.dist.main else None,
-                                  sync=self.dist.barrier, train_src=self.data.train_src)
+                                  train_targets=self.data.train.targets_flat if self.dist.main else None,
+                                  sync=self.dist.barrier)
         self.optimizer = make_optimizer(cfg, self.model)
         self.init_note = None
         if source is not None:
@@ -333,19 +330,15 @@ class Trainer:
         return result
 
     # -- training ------------------------------------------------------------------------------
-    def _epoch_batches(self) -> list[list[int]]:
-        t = self.cfg.train
-        took = resample(self.data, self.cfg, self.epoch)  # data.spm_alpha: this epoch's segmentation
-        if took is not None:
-            self.log({"event": "resample", "epoch": self.epoch, "pairs": len(self.data.train_tgt),
-                      "seconds": round(took, 2)})
-        batches = make_batches(
-            self.data.train_src, self.data.train_tgt, t.batch_size, t.batch_by, True, t.seed, self.epoch
-        )
-        if self.dist.world > 1:  # every rank takes the same number of batches
-            usable = len(batches) - len(batches) % self.dist.world
-            batches = batches[self.dist.rank : usable : self.dist.world]
-        return batches
+    def _epoch_batches(self) -> Batches:
+        """This rank's batches of the epoch (every rank takes the same number)."""
+        batches = self.data.train.batches(self.epoch)
+        return batches.take(self.dist.rank, self.dist.world) if self.dist.world > 1 else batches
+
+    def say(self, line: str) -> None:
+        """One line on the console (rank 0)."""
+        if self.dist.main:
+            print(f"attnmt: {line}", file=sys.stderr)
 
     def _install_signal_handlers(self) -> None:
         request_stop = stop_handler(self)
@@ -474,6 +467,7 @@ class Trainer:
         self._install_signal_handlers()
         for note in self.data.notes:
             self.log({"event": "data", "note": note})
+            self.say(f"data: {note}")
         if self.init_note is not None:
             self.log(self.init_note)
             self.init_note = None
@@ -498,14 +492,15 @@ class Trainer:
         finished = "epochs"
         while self.epoch <= t.epochs:
             batches = self._epoch_batches()
-            groups = [batches[i : i + t.accumulate] for i in range(0, len(batches), t.accumulate)]
+            groups = range(0, len(batches), t.accumulate)
             while self.batch_in_epoch < len(groups):
                 patience = self.tracker.patience_spent(t.patience)
                 if self._agree(self.stop_requested or self._out_of_budget() or patience):
                     finished = "signal" if self.stop_requested else ("patience" if patience else "budget")
                     break
-                idx = groups[self.batch_in_epoch]
-                step_batches = list(iterate_batches(self.data.train_src, self.data.train_tgt, idx))
+                first = groups[self.batch_in_epoch]
+                step_batches = [self.data.train.collate(batches[k], self.epoch, k)
+                                for k in range(first, min(first + t.accumulate, len(batches)))]
                 start = time.perf_counter()
                 loss, tokens = self.train_step(step_batches)
                 took = time.perf_counter() - start
@@ -514,6 +509,8 @@ class Trainer:
                 self.tokens += tokens * self.dist.world
                 window_loss, window_tokens, window_time = window_loss + loss, window_tokens + tokens, window_time + took
                 bar.update(1)
+                if self.step % RELEASE_EVERY == 0:  # the mapped corpus's pages stay page cache only
+                    self.data.train.release()
                 if self.step % t.log_every == 0 or self.step == 1:
                     avg = window_loss / max(window_tokens, 1)
                     tok_s = window_tokens * self.dist.world / max(window_time, 1e-9)
