@@ -33,7 +33,6 @@ from attnmt.data.vocab import PAD, Tokenizer, load_tokenizer
 from attnmt.errors import UserError
 
 RUN_CORPUS = "data"  # RUN/data: data.train prepared for this run
-RELEASE_EVERY = 1000  # updates between dropping the mapped arrays' resident pages
 
 
 @dataclass
@@ -134,11 +133,16 @@ class TrainSet:
         return self._epoch[1]
 
     def collate(self, index: np.ndarray, epoch: int = 0, number: int = 0) -> Batch:
-        """The tensors of sentences ``index``, batch ``number`` of ``epoch`` (its sampling seed)."""
+        """The tensors of sentences ``index``, batch ``number`` of ``epoch`` (its sampling seed).
+        The mapped pages it read are let go at once: a read of a cached file maps the pages around
+        it too (the kernel's fault-around), which would soon map the whole corpus."""
         d = self.cfg.data
         if d.spm_alpha > 0 and self.split is not None:
-            return self._sampled(index, epoch, number)
-        return collate_rows(self.src, self.tgt, index, self.reverse, self.limit)
+            batch = self._sampled(index, epoch, number)
+        else:
+            batch = collate_rows(self.src, self.tgt, index, self.reverse, self.limit)
+        self.release()
+        return batch
 
     def _sampled(self, index: np.ndarray, epoch: int, number: int) -> Batch:
         d, seed = self.cfg.data, self.cfg.train.seed

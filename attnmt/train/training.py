@@ -52,7 +52,7 @@ from attnmt.runs.checkpoint import (
 from attnmt.runs.device import resolve_device
 from attnmt.runs.loader import load_weights_into
 from attnmt.train import init_from as init
-from attnmt.train.data import RELEASE_EVERY, TaskData, prepare_data
+from attnmt.train.data import TaskData, prepare_data
 from attnmt.train.ema import EMA
 from attnmt.train.row_groups import grouped_backward, groups_for
 from attnmt.train.row_processes import RowProcesses, supported as row_processes_supported
@@ -509,8 +509,6 @@ class Trainer:
                 self.tokens += tokens * self.dist.world
                 window_loss, window_tokens, window_time = window_loss + loss, window_tokens + tokens, window_time + took
                 bar.update(1)
-                if self.step % RELEASE_EVERY == 0:  # the mapped corpus's pages stay page cache only
-                    self.data.train.release()
                 if self.step % t.log_every == 0 or self.step == 1:
                     avg = window_loss / max(window_tokens, 1)
                     tok_s = window_tokens * self.dist.world / max(window_time, 1e-9)
