@@ -359,14 +359,15 @@ class SharedKeys:
                               self.mask.repeat_interleave(self.rows, 0))
         return self._repeated
 
-    def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None):
-        """``attn(x, keys, mask)`` (cross-attention, no causal mask) for x (entries·rows, T, D):
-        standard attention's block of queries where ``dispatch.choose`` picks it (``CROSS``)."""
+    def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None, offset: int = 0):
+        """``attn(x, keys, mask, q_offset=offset)`` (cross-attention, no causal mask) for x
+        (entries·rows, T, D) at target positions offset..: standard attention's block of queries
+        where ``dispatch.choose`` picks it (``CROSS``)."""
         unit = attn.definition
         if (self.rows == 1 or need_weights or internals is not None or x.size(1) != 1 or attn.training
                 or unit.reads_query_positions):
             keys, mask = self.repeated()
-            return attn(x, keys, mask, False, 0, need_weights, internals)
+            return attn(x, keys, mask, False, offset, need_weights, internals)
         if choose("search cross-attention", attn)[0] is not CROSS:
             # without a causal mask each query is attended on its own: an entry's rows, as one
             # block of queries against its keys, are the definition's rows over repeated keys

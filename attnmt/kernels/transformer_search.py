@@ -141,7 +141,7 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
         h = _norm(x, cross_norm)
         if memory.rows == 1 or (ca is None and layer["step"] is None):
             # a search's first step, or a variant without a step of its own: the definition's call
-            x = x + memory.attend(layer["layer"].cross_attn, h, False, None)[0]
+            x = x + memory.attend(layer["layer"].cross_attn, h, False, None, t)[0]
         elif ca is None:  # a variant's own step (the window's: kernels/window_search.py)
             x = x + layer["step"](memory, h)
         else:

@@ -208,9 +208,10 @@ class Layer(nn.Module):
             cross_int = {} if internals is not None else None
 
             def cross_attention(h):
+                # the queries at their target positions (a variant's bias may read them, ALiBi's)
                 if isinstance(memory, SharedKeys):  # the same attention, keys not copied per row
-                    return memory.attend(self.cross_attn, h, need_weights, cross_int)
-                return self.cross_attn(h, memory, memory_mask, False, 0, need_weights, cross_int)
+                    return memory.attend(self.cross_attn, h, need_weights, cross_int, offset)
+                return self.cross_attn(h, memory, memory_mask, False, offset, need_weights, cross_int)
 
             x, weights = self._sub(x, self.cross_norm, cross_attention)
             if internals is not None:
