@@ -89,7 +89,10 @@ class LSTMConfig:
     def location(self) -> bool:
         """Global attention with the location score, a_t = softmax(W_a h_t), which covers the
         first ``max_src_len`` source positions only."""
-        return self.attention == "global" and self.score == "location"
+        from attnmt.attention.global_attention import score_class
+
+        unit = score_class(self.score)
+        return self.attention == "global" and unit is not None and unit.limits_source
 
     def source_limit(self) -> int | None:
         """Source pieces a model reads (longer sources are cut); None = all."""
@@ -97,16 +100,17 @@ class LSTMConfig:
 
     def check(self, task: str, fail: Callable[[str, str], None]) -> None:
         """This family's choices and combinations (the attention module's own constants)."""
-        from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
+        from attnmt.attention import ATTENTIONS, LOCAL_MODES
+        from attnmt.attention.global_attention import score_class, score_names
         from attnmt.attention.local_attention import COMPOSITIONS
 
-        for key, allowed in (("attention", ATTENTIONS), ("score", SCORES),
+        for key, allowed in (("attention", ATTENTIONS), ("score", score_names()),
                              ("local_composition", COMPOSITIONS)):
             if getattr(self, key) not in allowed:
                 fail(f"model.{key}", f"must be one of {', '.join(allowed)}, not {getattr(self, key)!r}")
         if self.attention in LOCAL_MODES:
-            if self.score == "location":
-                fail("model.score", f"location is a global-attention score; {self.attention} needs a content score")
+            if score_class(self.score) is not None and not score_class(self.score).content:
+                fail("model.score", f"{self.score} is a global-attention score; {self.attention} needs a content score")
             if self.window < 0:
                 fail("model.window", f"must be >= 0, got {self.window}")
             if self.attention == "local-p" and self.window == 0 and self.sigma <= 0:

@@ -37,6 +37,8 @@ class ScoreFunction(nn.Module):
         dot_bias      score = h_tᵀ k_s + b_s (``dot_form``): the fused decoder loop's form
         shareable     one memory entry serves several query rows (``Memory.rows``)
         query_side    the keys may stay h̄_s, the score's map moving to the query (``query_map``)
+        limits_source it covers the first ``max_src_len`` source positions only (longer sources
+                      are cut: ``LSTMConfig.source_limit``)
     """
 
     name = ""
@@ -45,6 +47,7 @@ class ScoreFunction(nn.Module):
     dot_bias = False
     shareable = True
     query_side = False
+    limits_source = False
     attention_parameters = False  # its maps are the attention's own (saved runs name them so)
 
     def __init__(self, query_dim: int, memory_dim: int, max_src_len: int = 100):
@@ -170,6 +173,7 @@ class Location(ScoreFunction):
     name = "location"
     content = False
     dot_bias = True
+    limits_source = True
     attention_parameters = True  # W_a: saved runs hold it as the attention's own
 
     def __init__(self, query_dim: int, memory_dim: int, max_src_len: int = 100):
@@ -216,7 +220,13 @@ SCORES = tuple(_SCORES)  # the built-ins; ``score_names()`` has the registered o
 
 
 def score_names() -> tuple[str, ...]:
+    """Every registered score name (the values of ``model.score``)."""
     return tuple(_SCORES)
+
+
+def score_class(name: str) -> type[ScoreFunction] | None:
+    """The class of the score ``name`` (None: no such score)."""
+    return _SCORES.get(name)
 
 
 def build_score(name: str, query_dim: int, memory_dim: int, max_src_len: int = 100,
