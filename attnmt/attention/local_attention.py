@@ -114,14 +114,11 @@ class LocalAttention(nn.Module):
         # sentence and keeps no second S-long tensor (nor its gradient); `concat` still needs
         # W_memory h̄_s for every s.
         lengths = mask.sum(1)
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or choose("attention search", self)[0] is None:  # the training path's
             keys = values if self.score.query_side else self.score.keys(values)
             # shareable: beam hypotheses read their sentence's entry (see Memory), never a copy
             return Memory(values=values, keys=keys, mask=mask, lengths=lengths, shareable=True)
-        kernel, _ = choose("attention search", self)  # the decoding path's padded tables
-        if kernel is not None:
-            return local_decoding.prepare(self, values, mask, lengths, Memory)
-        return Memory(values=values, keys=self.score.keys(values), mask=mask, lengths=lengths, shareable=True)
+        return local_decoding.prepare(self, values, mask, lengths, Memory)  # the decoding kernel's tables
 
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None

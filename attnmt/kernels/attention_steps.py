@@ -28,7 +28,8 @@ IMPLEMENTS = (GLOBAL, LOCAL)
 
 def _dot_score(att: nn.Module) -> tuple[bool, str]:
     """Whether the attention's score is one product with the memory (asked of the score: ``dot``)."""
-    return att.score.dot, f"score {att.score.name}: not a dot product with the memory"
+    score = att.score
+    return (True, "") if score.dot else (False, f"score {score.name}: not a dot product with the memory")
 
 
 def steps_for(att: nn.Module, memory: Memory) -> Callable | None:

@@ -59,7 +59,14 @@ def is_definition(module: Any, name: str) -> bool:
 def subject(module: Any) -> Any:
     """What a module's kernels are matched against: the definition it computes where its class
     names one (``definition``: a Transformer attention's variant), else the module itself."""
-    return module.definition if getattr(type(module), "definition", None) is not None else module
+    cls = type(module)
+    named = _NAMES.get(cls)
+    if named is None:  # (a class attribute missed costs an AttributeError: asked once per class)
+        named = _NAMES[cls] = getattr(cls, "definition", None) is not None
+    return module.definition if named else module
+
+
+_NAMES: dict[type, bool] = {}  # class -> whether it names the definition it computes
 
 
 _EXTRA: list[Kernel] = []  # kernels registered from outside kernels/ (a plug-in's)
