@@ -137,8 +137,9 @@ class TransformerConfig:
     max_positions: int = 1024  # learned position table size (later positions reuse the last row)
     share_embeddings: bool = False  # one source/target embedding (needs equal vocabulary sizes)
     tie_output: bool = True  # output projection = target (LM: input) embedding
-    # attention variant per kind: standard | relative | localness | window-mul | window-add |
-    # window-mul-seg | window-add-seg (relative: self-attention only)
+    # attention variant per kind: a registered variant's name (attention/variant.py,
+    # variant_names(): standard, relative, localness, window-{mul,add}[-seg] and any plug-in's;
+    # relative: self-attention only). A variant's own options: its section model.<name>
     enc_self_attention: str = "standard"
     dec_self_attention: str = "standard"
     cross_attention: str = "standard"
