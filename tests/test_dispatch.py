@@ -93,7 +93,8 @@ def test_a_mixed_transformer_records_each_attention_as_it_runs(encoder, decoder)
     assert all(s.one_query == (decoder == "standard") for s in state["layers"])  # what the record says
     variant = encoder if encoder != "standard" else decoder
     role = "encoder" if encoder != "standard" else "decoder"
-    assert dispatch.fallbacks(paths) == [f"{role} self-attention {variant}: reference path (no fused kernel declares it)"]
+    why = "reference path (no fused kernel declares it)"
+    assert dispatch.fallbacks(paths) == [f"{role} self-attention {variant}: {why}"]
     searched = dispatch.fallbacks(dispatch.paths(model, "cpu", dispatch.SEARCH))
     assert searched == ([] if role == "encoder" else dispatch.fallbacks(paths))  # translate: the search's parts
 

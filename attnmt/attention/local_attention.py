@@ -36,8 +36,8 @@ the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) ar
 (kernels/window_products.py) that gather the window rows in bounded chunks and gather them again
 in backward instead of keeping a (T, 2D+1, d) copy of the windows: training memory is
 O(T·(D + d)) on top of the encoder states (and their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
-for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s (its ``query_side``), so the memory holds no projected
-copy of the source (`concat` still precomputes W' h̄_s once per sentence).
+for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s (its ``query_side``), so the memory
+holds no projected copy of the source (`concat` still precomputes W' h̄_s once per sentence).
 
 Decoding (autograd off) has its own path over zero-padded copies of the states, in
 kernels/local_decoding.py, with its cost notes (``prepare`` and ``forward`` call it).

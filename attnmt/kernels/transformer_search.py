@@ -157,7 +157,7 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
 
 
 KERNELS = (Kernel("transformer_search.step", "search step", "attnmt.models.transformer.Transformer",
-                  "pre-norm, a bfloat16 search on the CPU; a variant's cross-attention through its own step where one is declared "
-                  "(window_search.context), "
+                  "pre-norm, a bfloat16 search on the CPU; a variant's cross-attention through its own step "
+                  "where one is declared (window_search.context), "
                   "another variant's sublayer the definition's (elsewhere the definition's step)",
                   supports, ("cpu",), step),)
