@@ -87,10 +87,18 @@ def plan_for(model: nn.Module, state: dict, enc, need_weights: bool) -> Plan | N
         return kept
     if (need_weights or model.training or torch.is_grad_enabled() or not isinstance(enc, SharedMemory)
             or not state["layers"] or not all(isinstance(c, KVBuffer) for c in state["layers"])
-            or enc.mask.device.type != "cpu" or choose("search step", model, "cpu")[0] is not KERNELS[0]):
+            or enc.mask.device.type != "cpu"):
         return None
-    if not all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search
-               and m.weight.dtype == torch.float32 for layer in model.decoder.layers for m in _maps(layer)):
+
+    def low(maps) -> bool:
+        return all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search
+                   and m.weight.dtype == torch.float32 for m in maps)
+
+    layers = model.decoder.layers
+    if not low(layers[0].ff.children()):  # a float32 or int8 search (asked at its every step): at once
+        return None
+    if (choose("search step", model, "cpu")[0] is not KERNELS[0]
+            or not all(low(_maps(layer)) for layer in layers)):
         return None
     return plan(model)
 
