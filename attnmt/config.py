@@ -11,6 +11,10 @@ values outside a key's choices or bounds are user errors that name the file, lin
 The ``model:`` section is per family: ``model.type`` picks ``LSTMConfig`` (Luong et al.) or
 ``TransformerConfig``, each with its own keys and its own ``check``; a key of the other family is
 an error saying whose it is ("model.window_mask applies to model.type transformer, not lstm").
+A registered Transformer attention variant with options of its own reads them from its section,
+``model.<name>: {key: value}`` (``--set model.<name>.<key>=value``), typed and checked by the
+variant's ``Options`` dataclass (attention/variant.py). ``user_dir`` names a folder of plug-ins
+imported before the model section is read (attnmt/plugins.py; ``attnmt --user-dir DIR``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from attnmt import plugins
 from attnmt.errors import UserError, key_error
 from attnmt.files import SMALL_TEXT_BYTES, read_small_text
 from attnmt.strict_yaml import duplicate_key, key_lines, load_yaml
@@ -91,7 +96,10 @@ class LSTMConfig:
     def location(self) -> bool:
         """Global attention with the location score, a_t = softmax(W_a h_t), which covers the
         first ``max_src_len`` source positions only."""
-        return self.attention == "global" and self.score == "location"
+        from attnmt.attention.global_attention import score_class
+
+        unit = score_class(self.score)
+        return self.attention == "global" and unit is not None and unit.limits_source
 
     def source_limit(self) -> int | None:
         """Source pieces a model reads (longer sources are cut); None = all."""
@@ -99,16 +107,17 @@ class LSTMConfig:
 
     def check(self, task: str, fail: Callable[[str, str], None]) -> None:
         """This family's choices and combinations (the attention module's own constants)."""
-        from attnmt.attention import ATTENTIONS, LOCAL_MODES, SCORES
+        from attnmt.attention import ATTENTIONS, LOCAL_MODES
+        from attnmt.attention.global_attention import score_class, score_names
         from attnmt.attention.local_attention import COMPOSITIONS
 
-        for key, allowed in (("attention", ATTENTIONS), ("score", SCORES),
+        for key, allowed in (("attention", ATTENTIONS), ("score", score_names()),
                              ("local_composition", COMPOSITIONS)):
             if getattr(self, key) not in allowed:
                 fail(f"model.{key}", f"must be one of {', '.join(allowed)}, not {getattr(self, key)!r}")
         if self.attention in LOCAL_MODES:
-            if self.score == "location":
-                fail("model.score", f"location is a global-attention score; {self.attention} needs a content score")
+            if score_class(self.score) is not None and not score_class(self.score).content:
+                fail("model.score", f"{self.score} is a global-attention score; {self.attention} needs a content score")
             if self.window < 0:
                 fail("model.window", f"must be >= 0, got {self.window}")
             if self.attention == "local-p" and self.window == 0 and self.sigma <= 0:
@@ -135,8 +144,9 @@ class TransformerConfig:
     max_positions: int = 1024  # learned position table size (later positions reuse the last row)
     share_embeddings: bool = False  # one source/target embedding (needs equal vocabulary sizes)
     tie_output: bool = True  # output projection = target (LM: input) embedding
-    # attention variant per kind: standard | relative | localness | window-mul | window-add |
-    # window-mul-seg | window-add-seg (relative: self-attention only)
+    # attention variant per kind: a registered variant's name (attention/variant.py,
+    # variant_names(): standard, relative, localness, window-{mul,add}[-seg] and any plug-in's;
+    # relative: self-attention only). A variant's own options: its section model.<name>
     enc_self_attention: str = "standard"
     dec_self_attention: str = "standard"
     cross_attention: str = "standard"
@@ -154,24 +164,44 @@ class TransformerConfig:
 
     location = False  # no location score: sources are read whole
 
+    def __post_init__(self) -> None:
+        # the registered variants' own options by section, model.<section>: {key: value} (each an
+        # ``Options`` dataclass): not fields, since the sections are whichever variants are registered
+        self.variant_options: dict[str, Any] = {}
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return dataclasses.astuple(self) == dataclasses.astuple(other) and \
+            self.variant_options == other.variant_options
+
     def source_limit(self) -> int | None:
         return None
 
     def check(self, task: str, fail: Callable[[str, str], None]) -> None:
-        """This family's choices; each attention variant checks the options it reads."""
-        from attnmt.attention.multihead import VARIANTS, unit_of
+        """This family's choices; each attention variant checks the options it reads (its own
+        section's through its ``Options.check``)."""
+        from attnmt.attention.variant import unit_of, variant_names
         from attnmt.attention.window import ABLATIONS, MASKS, POINTERS, PRESETS
 
         for key, allowed in (("norm", ("pre", "post")), ("positions", ("sinusoidal", "learned", "none")),
                              ("window_mask", MASKS + ABLATIONS), ("window_preset", tuple(PRESETS)),
-                             ("window_pointers", POINTERS),
-                             *((kind, VARIANTS) for kind in ATTENTION_KINDS["translate"])):
+                             ("window_pointers", POINTERS)):
             if getattr(self, key) not in allowed:
                 fail(f"model.{key}", f"must be one of {', '.join(allowed)}, not {getattr(self, key)!r}")
+        names = variant_names()
+        for kind in ATTENTION_KINDS["translate"]:
+            if getattr(self, kind) not in names:
+                fail(f"model.{kind}", f"must be one of {', '.join(names)}, not {getattr(self, kind)!r} "
+                     f"({plugins.HINT})")
         if self.heads < 1 or self.hidden % self.heads:
             fail("model.hidden", f"({self.hidden}) must be a multiple of model.heads ({self.heads})")
         for kind in ATTENTION_KINDS[task]:
             unit_of(getattr(self, kind)).check(self, kind, fail)
+        for section, options in self.variant_options.items():
+            check = getattr(options, "check", None)
+            if check is not None:
+                check(lambda key, message, section=section: fail(f"model.{section}.{key}", message))
 
 
 FAMILIES: dict[str, type] = {"lstm": LSTMConfig, "transformer": TransformerConfig}
@@ -271,9 +301,19 @@ class Config:
     model: LSTMConfig | TransformerConfig = field(default_factory=LSTMConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     ngram: NgramConfig = field(default_factory=NgramConfig)
+    # a folder of plug-ins (attention variants, scores, kernels) the model needs, imported before
+    # the model section is read: attnmt/plugins.py. attnmt --user-dir DIR sets it; "" = none
+    user_dir: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as the YAML a run saves: a variant's options as its section of ``model``;
+        ``user_dir`` only when set."""
+        out = dataclasses.asdict(self)
+        for section, options in getattr(self.model, "variant_options", {}).items():
+            out["model"][section] = dataclasses.asdict(options)
+        if not self.user_dir:
+            del out["user_dir"]
+        return out
 
 
 # Choices that are settings of one module each; the model family's own choices (attention,
@@ -429,13 +469,63 @@ def _model_section(body: dict, path: str | None, lines: dict[tuple[str, ...], in
         if key in hints:
             setattr(model, key, _coerce(value, hints[key], f"model.{key}", path, where))
             continue
+        if _variant_options(model, key, value, path, lines):
+            continue
         owner = family_of_key(key)
         if owner is None:
-            raise UserError(f"unknown key model.{key} (known: {', '.join(hints)})", path, where)
+            hint = f" ({plugins.HINT})" if isinstance(value, dict) else ""
+            raise UserError(f"unknown key model.{key} (known: {', '.join(hints)}){hint}", path, where)
         other = FAMILIES[owner]
         if _coerce(value, typing.get_type_hints(other)[key], f"model.{key}", path, where) != getattr(other(), key):
             raise UserError(f"model.{key} applies to model.type {owner}, not {kind}", path, where)
     return model
+
+
+def _variant_options(model: LSTMConfig | TransformerConfig, section: str, body: Any, path: str | None,
+                     lines: dict[tuple[str, ...], int]) -> bool:
+    """Read ``model.<section>``, a registered variant's options, into ``model.variant_options``
+    (each key typed by the variant's ``Options``); False where no variant's options are named so."""
+    from attnmt.attention.variant import options_section
+
+    unit = options_section(section)
+    if unit is None:
+        return False
+    where = lines.get(("model", section))
+    if not isinstance(model, TransformerConfig):
+        raise UserError(f"model.{section} applies to model.type transformer, not {model.type}", path, where)
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise UserError(f"model.{section} must be a mapping of the {section} variant's options", path, where)
+    hints = typing.get_type_hints(unit.Options)
+    known = [f.name for f in dataclasses.fields(unit.Options)]
+    values = {}
+    for key, value in body.items():
+        at = lines.get(("model", section, key), where)
+        if key not in known:
+            raise UserError(f"unknown key model.{section}.{key} (known: {', '.join(known)})", path, at)
+        values[key] = _coerce(value, hints[key], f"model.{section}.{key}", path, at)
+    model.variant_options[section] = unit.Options(**values)
+    return True
+
+
+def _user_dir(raw: dict, path: str | None, lines: dict[tuple[str, ...], int]) -> str:
+    """The plug-in folder a config needs, imported now (the command line's --user-dir in place of
+    the config's): its resolved path, or "". A relative path is the config file's neighbour (of
+    the working directory for --set)."""
+    given = plugins.given()
+    if given is not None:
+        return str(given)
+    value = raw.get("user_dir")
+    if value in (None, ""):
+        return ""
+    where = lines.get(("user_dir",))
+    if not isinstance(value, str):
+        raise UserError(f"user_dir must be a folder's path, got {value!r}", path, where)
+    folder = Path(value).expanduser()
+    if not folder.is_absolute() and path is not None and path != "--set":
+        folder = Path(path).parent / folder
+    return str(plugins.load(folder, path, where))
 
 
 def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[str] | None = None) -> Config:
@@ -447,8 +537,11 @@ def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[s
     if not isinstance(raw, dict):
         raise UserError("a config must be a mapping of sections (data, model, train)", path, 1)
     cfg = Config()
+    cfg.user_dir = _user_dir(raw, path, lines)  # first: its plug-ins may own model keys
     sections = {f.name: f for f in dataclasses.fields(Config)}
     for name, body in raw.items():
+        if name == "user_dir":
+            continue
         if name == "task":
             if body not in TASKS:
                 raise UserError(f"task must be one of {', '.join(TASKS)}", path, lines.get((name,)))
@@ -512,16 +605,21 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
     for item in overrides:
         key, sep, value = item.partition("=")
         parts = key.strip().split(".")
-        if sep and parts == ["task"]:
-            raw["task"] = value.strip()
+        if sep and parts in (["task"], ["user_dir"]):
+            raw[parts[0]] = value.strip()
             continue
-        if not sep or len(parts) != 2:
-            raise UserError(f"--set expects section.key=value, got {item!r}")
-        section, name = parts
+        if not sep or not (len(parts) == 2 or (len(parts) == 3 and parts[0] == "model")):
+            raise UserError(f"--set expects section.key=value (model.<variant>.key=value), got {item!r}")
+        section, name = parts[:2]
         if not isinstance(raw.setdefault(section, {}), dict):
             raise UserError(f"--set {item}: unknown section {section!r}")
+        target = raw[section]
+        if len(parts) == 3:  # a variant's option: model.<variant>.<key>
+            if not isinstance(target.setdefault(name, {}), dict):
+                raise UserError(f"--set {key.strip()}: model.{name} is a key, not a variant's options")
+            target, name = target[name], parts[2]
         try:
-            raw[section][name] = load_yaml(value) if value.strip() else ""
+            target[name] = load_yaml(value) if value.strip() else ""
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or "malformed YAML"
             raise UserError(f"--set {key.strip()}: malformed YAML value {value!r} ({problem})") from None
@@ -534,7 +632,9 @@ def apply_overrides(cfg: Config, overrides: list[str]) -> Config:
             owner = family_of_key(key[6:])
             if owner is not None:  # (an unknown key: from_dict names it)
                 raise UserError(f"{key} applies to model.type {owner}, not {raw['model']['type']}", "--set")
-        raw["model"] = {k: v for k, v in raw["model"].items() if k in own or f"model.{k}" in explicit}
+        sections = isinstance(family, type) and issubclass(family, TransformerConfig)  # variants' options
+        raw["model"] = {k: v for k, v in raw["model"].items() if k in own or f"model.{k}" in explicit
+                        or (isinstance(v, dict) and (sections or any(e.startswith(f"model.{k}.") for e in explicit)))}
     return from_dict(raw, "--set", explicit=explicit)
 
 
@@ -590,13 +690,16 @@ def check_bounds(cfg: Config, fail: Callable[[str, str], None]) -> None:
     """Every number finite and in its range (``BOUNDS``, ``MAXIMA``): ``fail(key, message)`` for
     the first that is not. A zero epoch count, vocabulary or length limit would train nothing and
     exit 0; an absurdly large one would allocate or loop without end."""
-    for section in ("data", "model", "train", "ngram"):
-        for name, value in dataclasses.asdict(getattr(cfg, section)).items():
-            key = f"{section}.{name}"
-            if isinstance(value, float) and not math.isfinite(value):
-                fail(key, f"must be a finite number, got {value}")
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAXIMA.get(key, INT_MAX):
-                fail(key, f"must be at most {MAXIMA.get(key, INT_MAX)}, got {value:.6g}")
+    values = [(f"{section}.{name}", value) for section in ("data", "model", "train", "ngram")
+              for name, value in dataclasses.asdict(getattr(cfg, section)).items()]
+    values += [(f"model.{section}.{name}", value)
+               for section, options in getattr(cfg.model, "variant_options", {}).items()
+               for name, value in dataclasses.asdict(options).items()]
+    for key, value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(key, f"must be a finite number, got {value}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) > MAXIMA.get(key, INT_MAX):
+            fail(key, f"must be at most {MAXIMA.get(key, INT_MAX)}, got {value:.6g}")
     for key, test, what in BOUNDS:
         section, name = key.split(".")
         if not hasattr(getattr(cfg, section), name):

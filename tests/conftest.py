@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from attnmt import plugins
+
+# the test-only plug-ins (tests/plugins/alibi.py: a Transformer attention variant from outside the
+# package), imported as ``attnmt --user-dir tests/plugins`` imports them: every registered variant
+# then goes through the shared variant tests (test_transformer.py, test_variants.py)
+PLUGINS = plugins.load(Path(__file__).parent / "plugins")
+
 # English noun -> (Spanish noun, gender); adjectives -> (masculine, feminine)
 _NOUNS = {
     "cat": ("gato", "m"),

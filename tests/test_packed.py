@@ -146,7 +146,7 @@ def test_window_attention_trains_under_bf16_products_close_to_float32():
     from attnmt.attention.window import WindowOptions
 
     torch.manual_seed(1)
-    attn = MultiHeadAttention(32, 4, variant="window-add", window=WindowOptions("add", 2)).train()
+    attn = MultiHeadAttention(32, 4, variant="window-add", options=WindowOptions("add", 2)).train()
     x = torch.randn(3, 7, 32)
     mask = torch.tensor([[True] * 7, [True] * 5 + [False] * 2, [True] * 3 + [False] * 4])
     ref, _ = attn(x, attn.project_keys(x), mask)

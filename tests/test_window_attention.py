@@ -10,9 +10,9 @@ import torch
 from tensor_probes import LargestTensor
 
 from attnmt.attention.localness import GaussianLocalness
-from attnmt.attention.multihead import MultiHeadAttention, window_options
-from attnmt.attention.relative import RelativePositions
-from attnmt.attention.window import BoundaryPointers, soft_window_mask
+from attnmt.attention.multihead import MultiHeadAttention
+from attnmt.attention.relative import RelativeOptions, RelativePositions
+from attnmt.attention.window import BoundaryPointers, soft_window_mask, window_options
 from attnmt.config import Config, ModelConfig
 from attnmt.kernels import cache
 from attnmt.models import build_model
@@ -169,7 +169,7 @@ def test_decoder_self_attention_never_sees_the_future(variant, task):
 
 def test_relative_positions_match_the_pairwise_definition():
     torch.manual_seed(0)
-    att = MultiHeadAttention(8, 2, 0.0, "relative", relative_clip=2)
+    att = MultiHeadAttention(8, 2, 0.0, "relative", RelativeOptions(clip=2))
     x = torch.randn(1, 5, 8)
     out, w = att(x, att.project_keys(x), need_weights=True)
     q, k, v = att._split(att.q(x)), att._split(att.k(x)), att._split(att.v(x))

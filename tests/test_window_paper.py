@@ -23,8 +23,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnmt.attention.multihead import MultiHeadAttention, window_options
-from attnmt.attention.window import PRESETS, InputPointers
+from attnmt.attention.multihead import MultiHeadAttention
+from attnmt.attention.window import PRESETS, InputPointers, window_options
 from attnmt.config import Config, ModelConfig, apply_overrides, load_config
 from attnmt.errors import UserError
 from attnmt.models import build_model

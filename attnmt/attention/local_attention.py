@@ -36,8 +36,8 @@ the two window products (scores h_tᵀ h̄_s and the context Σ a_t(s) h̄_s) ar
 (kernels/window_products.py) that gather the window rows in bounded chunks and gather them again
 in backward instead of keeping a (T, 2D+1, d) copy of the windows: training memory is
 O(T·(D + d)) on top of the encoder states (and their gradient). concat and concat-simple need the tanh(W h_t + W' h̄_s) window tensor, O(T·D·d),
-for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s, so the memory holds no projected
-copy of the source (`concat` still precomputes W' h̄_s once per sentence).
+for backward anyway. `general` is computed as (W_aᵀ h_t)ᵀ h̄_s (its ``query_side``), so the memory
+holds no projected copy of the source (`concat` still precomputes W' h̄_s once per sentence).
 
 Decoding (autograd off) has its own path over zero-padded copies of the states, in
 kernels/local_decoding.py, with its cost notes (``prepare`` and ``forward`` call it).
@@ -52,8 +52,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention.base import Memory
-from attnmt.attention.global_attention import ScoreFunction
+from attnmt.attention.global_attention import build_score
 from attnmt.kernels import local_decoding
+from attnmt.kernels.dispatch import choose
 from attnmt.kernels.window_products import StepLinear, WindowDot, WindowSum, gather_windows
 
 MODES = ("local-m", "local-p")
@@ -93,10 +94,10 @@ class LocalAttention(nn.Module):
         self.window = window
         self.sigma = float(sigma)
         self.composition = composition
-        self.score = ScoreFunction(score, query_dim, memory_dim)  # rejects "location"
-        # dot or general (h_tᵀ·keys), read at every decoding step (a submodule's attribute
-        # costs a Module.__getattr__)
-        self.score_is_dot = score in ("dot", "general")
+        self.score = build_score(score, query_dim, memory_dim, content=True)  # rejects "location"
+        # one product h_tᵀ·keys (dot, general), read at every decoding step (a submodule's
+        # attribute costs a Module.__getattr__)
+        self.score_is_dot = self.score.dot
         if mode == "local-p":
             self.W_p = nn.Linear(query_dim, query_dim, bias=False)
             self.v_p = nn.Linear(query_dim, 1, bias=False)
@@ -113,11 +114,11 @@ class LocalAttention(nn.Module):
         # sentence and keeps no second S-long tensor (nor its gradient); `concat` still needs
         # W_memory h̄_s for every s.
         lengths = mask.sum(1)
-        if torch.is_grad_enabled():
-            keys = values if self.score.kind == "general" else self.score.keys(values)
+        if torch.is_grad_enabled() or choose("attention search", self)[0] is None:  # the training path's
+            keys = values if self.score.query_side else self.score.keys(values)
             # shareable: beam hypotheses read their sentence's entry (see Memory), never a copy
             return Memory(values=values, keys=keys, mask=mask, lengths=lengths, shareable=True)
-        return local_decoding.prepare(self, values, mask, lengths, Memory)  # the padded tables
+        return local_decoding.prepare(self, values, mask, lengths, Memory)  # the decoding kernel's tables
 
     def aligned_positions(
         self, query: torch.Tensor, memory: Memory, positions: torch.Tensor | None
@@ -144,8 +145,8 @@ class LocalAttention(nn.Module):
         """The weights of the per-step products of the query: W_aᵀ (general, unless the keys
         are W_a h̄_s already), W_p (local-p); as F.linear weights (out, in)."""
         weights = []
-        if self.score.kind == "general" and not keys_projected:
-            weights.append(self.score.W_a.weight.t())
+        if self.score.query_side and not keys_projected:
+            weights.append(self.score.query_weight())
         if self.mode == "local-p":
             weights.append(self.W_p.weight)
         return weights
@@ -161,12 +162,12 @@ class LocalAttention(nn.Module):
             B, T, d = query.shape
             y = StepLinear.apply(query.reshape(B * T, d), stacked, steps["projection"])
             y = y.view(B, T, -1)
-            general = self.score.kind == "general" and not keys_projected
-            n = self.score.W_a.weight.size(1) if general else 0
+            general = self.score.query_side and not keys_projected
+            n = self.score.query_weight().size(0) if general else 0
             score_query = y[..., :n] if general else query
             return score_query, (y[..., n:] if self.mode == "local-p" else None)
-        if self.score.kind == "general" and not keys_projected:
-            score_query = query @ self.score.W_a.weight
+        if self.score.query_side and not keys_projected:
+            score_query = self.score.query_map(query)
         else:
             score_query = query
         if self.mode != "local-p":
@@ -208,7 +209,9 @@ class LocalAttention(nn.Module):
         # query h_t: (B, T, d); positions: (T,) absolute target indices. B query rows read
         # E = B / memory.rows memory entries (beam hypotheses share their sentence's).
         if not torch.is_grad_enabled():
-            return local_decoding.decode(self, query, memory, positions, need_weights)
+            kernel, _ = choose("attention search", self)
+            if kernel is not None:  # local_decoding.decode, read from its module (tests swap it)
+                return local_decoding.decode(self, query, memory, positions, need_weights)
         return self._train(query, memory, positions, need_weights)
 
     def _train(
@@ -231,7 +234,7 @@ class LocalAttention(nn.Module):
         mask = tables["bias"].take(flat)  # 0, or −inf for window slots outside the sentence
         values = memory.values.reshape(E * S, -1)  # (E·S, d)
 
-        if self.score.kind in ("dot", "general"):
+        if self.score_is_dot:
             keys = memory.keys.reshape(E * S, -1)
             scores = WindowDot.apply(score_query.reshape(B * T, -1), keys, rows,
                                      steps and steps["scores"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnmt.attention.variant import Variant
+from attnmt.attention.variant import Variant, register
 
 
 class GaussianLocalness(nn.Module):
@@ -55,3 +55,6 @@ class Localness(Variant):
         B, _, T, _ = q.shape
         visible = allowed.expand(B, 1, T, n_keys).sum(-1, keepdim=True).to(q.dtype)  # I
         return attn.localness.bias(q, visible, n_keys)
+
+
+register(Localness)

@@ -7,14 +7,18 @@
     window-add       Nguyen et al. 2020, softmax(QKᵀ/√d + (Q_L K_Lᵀ/√d) ⊙ M)  (window.py; token mask)
     window-mul-seg   / window-add-seg: the same with segment-based masks
 
-Each variant is one class (the interface: attention/variant.py); ``VARIANTS`` below lists their
-names and config validation asks each for its checks. Keys are projected separately from queries
-(``project_keys``) so that callers can cache them: the decoder caches its self-attention keys step
-by step, and cross-attention keys of the encoder output are computed once per sentence. Everything
-cached has shape (B, H, S, ·).
+and any other registered one. Each variant is one class (the interface and the registry:
+attention/variant.py), built here by name (``unit_of``) with its options. Keys are projected
+separately from queries (``project_keys``) so that callers can cache them: the decoder caches its
+self-attention keys step by step, and cross-attention keys of the encoder output are computed once
+per sentence. Everything cached has shape (B, H, S, ·).
 
 ``use_variant = False`` switches a module to plain attention with the same Q/K/V/O weights (its
 extra parameters are then unused): the "window disabled" model is the plain Transformer.
+``definition`` is the variant whose maths the module computes now (the standard one when switched
+off): what kernels/dispatch.py matches kernels against. ``role`` (set by the model: "encoder
+self-attention", "decoder self-attention", "cross-attention") names the parts of a run it takes
+through ``dispatch.choose`` (dispatch.ROLES).
 """
 
 from __future__ import annotations
@@ -22,28 +26,14 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from attnmt.attention.localness import Localness
-from attnmt.attention.relative import Relative
-from attnmt.attention.variant import Variant
-from attnmt.attention.window import Window, WindowOptions, window_options
-from attnmt.kernels import attention_dropout, packed
+from attnmt.attention.variant import Variant, unit_of, variant_names
+from attnmt.kernels import packed
 from attnmt.kernels import dropout as dropout_kernel
+from attnmt.kernels.dispatch import choose
 
-UNITS: tuple[type[Variant], ...] = (Variant, Relative, Localness, Window)
-VARIANTS = tuple(name for unit in UNITS for name in unit.names)
-
-__all__ = ["UNITS", "VARIANTS", "MultiHeadAttention", "unit_of", "window_options"]
-
-
-def unit_of(variant: str) -> type[Variant]:
-    """The class implementing a variant name."""
-    for unit in UNITS:
-        if variant in unit.names:
-            return unit
-    raise ValueError(f"unknown attention variant {variant!r}")
+__all__ = ["MultiHeadAttention", "unit_of", "variant_names"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -53,18 +43,20 @@ class MultiHeadAttention(nn.Module):
         heads: int,
         dropout: float = 0.0,
         variant: str = "standard",
-        window: WindowOptions | None = None,
-        relative_clip: int = 16,
+        options: object = None,
         linear: type[nn.Linear] = nn.Linear,
     ):
+        """``options``: the variant's (its ``Options``, or what its ``options_from`` makes of a
+        config; None: its defaults)."""
         super().__init__()
         if d_model % heads:
             raise ValueError(f"model size {d_model} is not divisible by {heads} heads")
         self.d_model, self.heads, self.head_dim = d_model, heads, d_model // heads
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.variant = variant
-        self.unit = unit_of(variant)(variant, window, relative_clip)  # a plain object: no parameters
+        self.unit = unit_of(variant)(variant, options)  # a plain object: no parameters
         self.use_variant = variant != "standard"
+        self.role = ""  # the model's name for it (dispatch.ROLES): the parts it takes
         self.dropout = dropout
         self.linear = linear  # the class of the projections (the Transformer's: PackedLinear)
         self.q = linear(d_model, d_model)
@@ -75,6 +67,11 @@ class MultiHeadAttention(nn.Module):
         for lin in (self.q, self.k, self.v, self.o):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
+
+    @property
+    def definition(self) -> Variant:
+        """The variant this module computes now: its own, or standard attention when switched off."""
+        return self.unit if self.use_variant else _STANDARD
 
     # -- shapes ---------------------------------------------------------------------------------
     def _split(self, x: torch.Tensor) -> torch.Tensor:
@@ -162,18 +159,14 @@ class MultiHeadAttention(nn.Module):
             earlier = (torch.arange(S, device=q.device)[None, :] <= q_pos[:, None])[None, None]
             allowed = earlier if allowed is None else allowed & earlier
         drop = self.dropout if self.training else 0.0
-        if not self.use_variant and not need_weights and internals is None:
-            if drop > 0 and q.device.type == "cpu":
-                # SDPA's CPU kernels take no dropout: with dropout_p > 0 it runs its math path,
-                # whose float32 bernoulli_ mask costs more than the kernel's steps
-                out = attention_dropout.attention(q, k, v, allowed, self.scale, drop)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=drop)
-            return self.o(self._merge(out)), None
+        if not need_weights and internals is None:
+            kernel, _ = choose("multi-head attention", self)  # standard attention: SDPA
+            if kernel is not None:
+                return self.o(self._merge(kernel.run(q, k, v, allowed, self.scale, drop))), None
 
         if allowed is None:
             allowed = torch.ones(1, 1, 1, S, dtype=torch.bool, device=q.device)
-        unit = self.unit if self.use_variant else _STANDARD
+        unit = self.definition
         ctx: dict = {}
         scores = unit.scores(self, q, keys, ctx)  # (B, H, T, S)
         bias = unit.bias(self, q, S, allowed, q_pos, ctx)

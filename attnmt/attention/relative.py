@@ -12,11 +12,18 @@ Self-attention only: query and key positions must index the same sequence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from attnmt.attention.variant import Variant
+from attnmt.attention.variant import Variant, register
 from attnmt.errors import key_error
+
+
+@dataclass
+class RelativeOptions:
+    clip: int = 16  # k: distances beyond ±k share the vectors of ±k (model.relative_clip)
 
 
 class RelativePositions(nn.Module):
@@ -54,9 +61,13 @@ class Relative(Variant):
     self_only = True
     reads_query_positions = True
 
-    def __init__(self, name: str = "relative", window=None, relative_clip: int = 16):
-        super().__init__(name)
-        self.clip = relative_clip
+    def __init__(self, name: str = "relative", options: RelativeOptions | None = None):
+        super().__init__(name, options or RelativeOptions())
+        self.clip = self.options.clip
+
+    @classmethod
+    def options_from(cls, cfg, name: str) -> RelativeOptions:
+        return RelativeOptions(cfg.relative_clip)  # the flat key saved runs hold
 
     @classmethod
     def check(cls, cfg, kind: str, fail=key_error) -> None:
@@ -73,3 +84,6 @@ class Relative(Variant):
 
     def values(self, attn, weights, ctx):
         return attn.relative.value_term(weights, ctx["buckets"])
+
+
+register(Relative)

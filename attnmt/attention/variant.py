@@ -25,7 +25,18 @@ also declares ``self_only`` (it needs query and key positions of one sequence) a
 as one block of queries, kernels/kv_cache.SharedKeys, whose keys ``key_layout`` lays out as the
 variant's products read them), and checks its
 options in ``check`` (called by config validation with the attention kind it was chosen for and a ``fail(key, message)``).
-``attnmt/attention/multihead.py`` lists the variants; see ARCHITECTURE.md for adding one.
+
+A variant is one class and one call, ``register(VariantClass)`` (``attnmt.attention.register``
+alike): every name in its ``names`` is then a value of ``model.{enc_self,dec_self,cross}_attention``
+(config validation reads ``variant_names()``), and models build it by name (``unit_of``). Its
+options are its own: ``Options``, a dataclass whose fields are the keys of ``model.<section>``
+in YAML and ``--set model.<section>.<key>=...`` (section: its first name), each value coerced to
+the field's type and checked by ``Options.check(fail)``; ``options_from(cfg)`` hands them to the
+constructor. (The built-in relative and window variants read the flat keys ``model.relative_clip``
+and ``model.window_*`` that saved runs hold.) Its fast paths are kernels that name it as the
+definition they implement (kernels/dispatch.py): a module of kernels/ (the window's cross-attention
+search step, kernels/window_search.py) or ``dispatch.register`` from a plug-in; without one it
+computes the reference path, and a run says so in one line.
 """
 
 from __future__ import annotations
@@ -48,14 +59,30 @@ class Variant:
     self_only = False
     reads_query_positions = False  # bias() uses q_pos (the queries' absolute positions)
     operand_maps = False  # maps()' results are read only as packed products' operands (may stay bfloat16)
+    Options: type | None = None  # its options' dataclass: the keys of model.<section()> (None: none)
 
-    def __init__(self, name: str = "standard", window: Any = None, relative_clip: int = 16):
-        self.name = name  # options: ``window`` (WindowOptions) and ``relative_clip`` for the variants that use them
+    def __init__(self, name: str = "standard", options: Any = None):
+        self.name = name
+        self.options = options  # an ``Options`` (or what ``options_from`` hands a built-in)
+
+    @classmethod
+    def section(cls) -> str:
+        """The name its options go under: ``model.<section>.<key>``."""
+        return cls.names[0]
+
+    @classmethod
+    def options_from(cls, cfg: Any, name: str) -> Any:
+        """Its options in ModelConfig ``cfg`` (its ``model.<section>`` keys; their defaults where
+        the config has none), for ``name``, one of its names."""
+        if cls.Options is None:
+            return None
+        return getattr(cfg, "variant_options", {}).get(cls.section()) or cls.Options()
 
     @classmethod
     def check(cls, cfg: Any, kind: str, fail: Callable[[str, str], None] = key_error) -> None:
         """Report settings of ``cfg`` (a ModelConfig) this variant cannot use as ``model.<kind>``
-        with ``fail(key, message)`` (config validation adds the file and line)."""
+        with ``fail(key, message)`` (config validation adds the file and line). Its ``Options``
+        check themselves (``Options.check(fail)``, keys relative to its section)."""
         if cls.self_only and kind == "cross_attention":
             fail("model.cross_attention", f"{cfg.cross_attention!r} exists for self-attention only")
 
@@ -109,3 +136,53 @@ def mapped(lin: nn.Module, x: torch.Tensor, given: dict[str, torch.Tensor] | Non
     """``lin(x)``: the product attention's stacked projection already made (``given[name]``, the
     same math in one stacked product) where it did, else ``lin`` applied here."""
     return given[name] if given is not None and name in given else lin(x)
+
+
+# -- the registry: config value -> the class implementing it --------------------------------------
+_REGISTRY: dict[str, type[Variant]] = {}
+
+
+def register(unit: type[Variant]) -> type[Variant]:
+    """Make every name in ``unit.names`` a Transformer attention variant (``model.enc_self_attention``
+    and the other kinds accept it; models build ``unit``). A name registered by another class is
+    refused; the same class again (its module imported anew) replaces it. Returns ``unit``, so it
+    may decorate the class."""
+    if not (isinstance(unit, type) and issubclass(unit, Variant)):
+        raise TypeError(f"{unit!r} is not a subclass of attnmt.attention.variant.Variant")
+    if not unit.names:
+        raise ValueError(f"{unit.__qualname__} names no config value (names is empty)")
+    for name in unit.names:
+        taken = _REGISTRY.get(name)
+        if taken is not None and taken.__qualname__ != unit.__qualname__:
+            raise ValueError(f"attention variant {name!r} is registered by {taken.__module__}.{taken.__qualname__}")
+    sections = {other.section(): other for other in _REGISTRY.values()
+                if other.Options is not None and other.__qualname__ != unit.__qualname__}
+    if unit.Options is not None and unit.section() in sections:
+        raise ValueError(f"options section {unit.section()!r} belongs to {sections[unit.section()].__qualname__}")
+    for name in unit.names:
+        _REGISTRY[name] = unit
+    return unit
+
+
+def variant_names() -> tuple[str, ...]:
+    """Every registered variant name, in registration order (the built-ins first)."""
+    return tuple(_REGISTRY)
+
+
+def unit_of(variant: str) -> type[Variant]:
+    """The class implementing a variant name."""
+    try:
+        return _REGISTRY[variant]
+    except KeyError:
+        raise ValueError(f"unknown attention variant {variant!r}") from None
+
+
+def options_section(section: str) -> type[Variant] | None:
+    """The registered variant whose options are ``model.<section>`` (None: no variant's)."""
+    for unit in _REGISTRY.values():
+        if unit.Options is not None and unit.section() == section:
+            return unit
+    return None
+
+
+register(Variant)

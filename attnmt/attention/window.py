@@ -56,7 +56,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from attnmt.attention.variant import Variant, mapped, masked
+from attnmt.attention.variant import Variant, mapped, masked, register
 from attnmt.errors import key_error
 from attnmt.kernels import packed
 from attnmt.kernels.cache import derived
@@ -363,9 +363,14 @@ class Window(Variant):
     names = ("window-mul", "window-add", "window-mul-seg", "window-add-seg")
     operand_maps = True  # pointer and local maps feed only packed.matmul (their scores' products)
 
-    def __init__(self, name: str = "window-add", window: WindowOptions | None = None, relative_clip: int = 16):
-        super().__init__(name)
-        self.options = window or window_options(name)
+    def __init__(self, name: str = "window-add", options: WindowOptions | None = None):
+        super().__init__(name, options or window_options(name))
+
+    @classmethod
+    def options_from(cls, cfg, name: str) -> WindowOptions:
+        """The flat keys saved runs hold, model.window_*."""
+        return window_options(name, cfg.window_segment, cfg.window_mask, cfg.window_renorm,
+                              cfg.window_temperature, cfg.window_pointers)
 
     @classmethod
     def check(cls, cfg, kind: str, fail=key_error) -> None:
@@ -444,3 +449,6 @@ class Window(Variant):
         local_q = attn._split(mapped(attn.local_q, x, given, "lq"))  # Q_L
         local = packed.matmul(local_q, keys["lk"].transpose(-1, -2)) * attn.scale
         return combine_additive(scores, local, mask, allowed)
+
+
+register(Window)

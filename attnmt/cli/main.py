@@ -4,7 +4,8 @@ Each command lives in its own module under ``attnmt/cli/`` and exposes ``registe
 which adds its parser and sets ``func`` to a callable taking the parsed arguments and returning an
 exit status. Commands with sub-commands (data, ngram, analyse, experiment) set ``func`` on each
 sub-command's parser (attnmt/cli/subcommands.py). Adding a command = adding a module name to
-COMMANDS. Commands parse arguments and print; the work is done by the library.
+COMMANDS. Commands parse arguments and print; the work is done by the library. ``attnmt
+--user-dir DIR COMMAND`` imports the plug-ins in DIR first (attnmt/plugins.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib
 import os
 import sys
 
+from attnmt import plugins
 from attnmt.errors import UserError
 
 # Module names under attnmt.cli, in the order their commands appear in --help.
@@ -49,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="attnmt", description="Attention-based neural text generation toolkit."
     )
+    parser.add_argument("--user-dir", metavar="DIR",
+                        help="import every module in DIR before the command runs: plug-ins that register "
+                             "attention variants, scores or kernels (a run records DIR and imports it again)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -86,7 +91,8 @@ def _exit_now(status: int) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        status = args.func(args)
+        with plugins.command_line(getattr(args, "user_dir", None)):
+            status = args.func(args)
     except UserError as err:
         print(f"attnmt: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line, always
         return 2

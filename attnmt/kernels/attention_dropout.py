@@ -14,12 +14,17 @@ to masked_fill of the scaled scores: x + 0 = x, x + −inf = −inf), where the 
 scale, negate the mask and fill (a clone and a fill, and the fill again in the backward). The
 weights' dropout is ``kernels/dropout.dropout``; the two products are ``packed.matmul`` (bfloat16
 operands under ``train.amp``, as the linear maps).
+
+``context`` is standard attention's path without weights (``MultiHeadAttention.forward`` takes it
+through ``dispatch.choose``): torch's SDPA, or these steps where it would run its math path.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
+from attnmt.kernels.dispatch import Kernel
 from attnmt.kernels.dropout import dropout
 from attnmt.kernels.packed import matmul
 
@@ -43,3 +48,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.
     else:
         scores = scores * scale
     return matmul(dropout(torch.softmax(scores, dim=-1), p, training), v)
+
+
+def context(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
+            scale: float, p: float) -> torch.Tensor:
+    """Standard attention's context A V (B, H, T, d) without its weights: SDPA (its default scale
+    is ``scale``, 1/√d), or with dropout on the CPU ``attention`` (SDPA's CPU kernels take no
+    dropout: with dropout_p > 0 it runs its math path, whose float32 bernoulli_ mask costs more
+    than these steps)."""
+    if p > 0 and q.device.type == "cpu":
+        return attention(q, k, v, allowed, scale, p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
+
+
+KERNELS = (Kernel("attention_dropout.context", "multi-head attention", IMPLEMENTS[0],
+                  "standard attention without its weights: SDPA (with dropout on the CPU, these steps)",
+                  lambda unit: (True, ""), ("cpu", "cuda"), context),)

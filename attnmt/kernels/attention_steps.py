@@ -27,8 +27,9 @@ IMPLEMENTS = (GLOBAL, LOCAL)
 
 
 def _dot_score(att: nn.Module) -> tuple[bool, str]:
-    kind = getattr(att, "score_kind", None) or att.score.kind
-    return kind in ("dot", "general"), f"score {kind}: not a dot product with the memory"
+    """Whether the attention's score is one product with the memory (asked of the score: ``dot``)."""
+    score = att.score
+    return (True, "") if score.dot else (False, f"score {score.name}: not a dot product with the memory")
 
 
 def steps_for(att: nn.Module, memory: Memory) -> Callable | None:
@@ -71,7 +72,7 @@ def global_steps(att: nn.Module, memory: Memory) -> Callable:
     several times slower than its forward pass."""
     keys, values = memory.keys, memory.values
     if (
-        att.score_kind not in ("dot", "general")
+        not att.score.dot
         or not torch.is_grad_enabled()
         or not (keys.requires_grad or values.requires_grad)
     ):

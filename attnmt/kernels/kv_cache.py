@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from attnmt.kernels import packed
 from attnmt.kernels.attention_dropout import mask_bias
-from attnmt.kernels.dispatch import Kernel
+from attnmt.kernels.dispatch import Kernel, choose
 
 # the definitions: the self-attention key cache of a Transformer decoder layer (torch.cat per step,
 # index_select per beam reorder); multi-head cross-attention over the keys repeated per hypothesis
@@ -223,21 +223,11 @@ def bf16_search_on(attn, x: torch.Tensor) -> bool:
     return bool(getattr(attn.q, "bf16_search", False)) and x.device.type == "cpu"
 
 
-def _plain_scores(attn) -> tuple[bool, str]:
-    """Whether the attention's scores are plain q·k/√d (the one-query kernel's), and why not."""
-    return not attn.use_variant, f"the {attn.variant} variant changes the scores"
-
-
-def one_query_applies(attn, x: torch.Tensor, mask: torch.Tensor | None, internals: dict | None) -> tuple[bool, str]:
-    """Whether a decoder self-attention step can take ``one_query_attention`` (and why not)."""
-    plain, why = _plain_scores(attn)
-    if not plain:
-        return False, why
-    if internals is not None or mask is not None:
-        return False, "internals or a key mask asked for"
-    if x.size(1) != 1 or attn.training or torch.is_grad_enabled() or x.device.type != "cpu":
-        return False, "not a CPU search step of one query per row"
-    return True, ""
+def one_query_step(attn, x: torch.Tensor, mask: torch.Tensor | None, internals: dict | None) -> bool:
+    """Whether a decoder self-attention call is a search step of one query per row, no mask, no
+    internals (where ``one_query_attention`` computes it, if ``dispatch.choose`` picks it)."""
+    return (internals is None and mask is None and x.size(1) == 1 and not attn.training
+            and not torch.is_grad_enabled())
 
 
 def one_query_attention(attn, queries: torch.Tensor, state: KVBuffer) -> torch.Tensor:
@@ -369,19 +359,22 @@ class SharedKeys:
                               self.mask.repeat_interleave(self.rows, 0))
         return self._repeated
 
-    def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None):
-        """``attn(x, keys, mask)`` (cross-attention, no causal mask) for x (entries·rows, T, D)."""
+    def attend(self, attn, x: torch.Tensor, need_weights: bool, internals: dict | None, offset: int = 0):
+        """``attn(x, keys, mask, q_offset=offset)`` (cross-attention, no causal mask) for x
+        (entries·rows, T, D) at target positions offset..: standard attention's block of queries
+        where ``dispatch.choose`` picks it (``CROSS``)."""
+        unit = attn.definition
         if (self.rows == 1 or need_weights or internals is not None or x.size(1) != 1 or attn.training
-                or (attn.use_variant and attn.unit.reads_query_positions)):
+                or unit.reads_query_positions):
             keys, mask = self.repeated()
-            return attn(x, keys, mask, False, 0, need_weights, internals)
-        if attn.use_variant:
+            return attn(x, keys, mask, False, offset, need_weights, internals)
+        if choose("search cross-attention", attn)[0] is not CROSS:
             # without a causal mask each query is attended on its own: an entry's rows, as one
             # block of queries against its keys, are the definition's rows over repeated keys
             E, D = x.size(0) // self.rows, x.size(2)
             low = bf16_search_on(attn, x)
             with packed.bf16_products(low):  # a bfloat16 search: the variant's products too
-                out, _ = attn(x.view(E, self.rows, D), self.laid_out(attn.unit, low), self.mask, False, 0, False, None)
+                out, _ = attn(x.view(E, self.rows, D), self.laid_out(unit, low), self.mask, False, 0, False, None)
             return out.view(E * self.rows, 1, D), None
         q = attn._split(attn.q(x))  # (E·rows, H, 1, d_h)
         E, H, d = q.size(0) // self.rows, q.size(1), q.size(3)
@@ -477,10 +470,14 @@ def buffers(layers: int) -> list[KVBuffer]:
 KERNELS = (Kernel("kv_cache.KVBuffer", "search keys", "attnmt.models.transformer.Layer",
                   "every attention variant (its extra keys are buffered alike)",
                   lambda layer: (True, ""), ("cpu", "cuda"), KVBuffer),
-           Kernel("kv_cache.SharedKeys", "search memory", "attnmt.attention.multihead.MultiHeadAttention",
+           Kernel("kv_cache.SharedKeys", "search memory", "attnmt.models.transformer.Transformer",
                   "every variant that does not read query positions, without weights (else: the keys repeated once per state)",
-                  lambda attn: (True, ""), ("cpu", "cuda"), SharedKeys),
-           Kernel("kv_cache.one_query_attention", "search self-attention",
-                  "attnmt.attention.multihead.MultiHeadAttention",
+                  lambda model: (True, ""), ("cpu", "cuda"), SharedKeys),
+           Kernel("kv_cache.one_query_attention", "search self-attention", "attnmt.attention.variant.Variant",
                   "standard attention in a CPU search, one query per row, no internals",
-                  _plain_scores, ("cpu",), one_query_attention))
+                  lambda unit: (True, ""), ("cpu",), one_query_attention),
+           Kernel("kv_cache.SharedKeys.attend", "search cross-attention", "attnmt.attention.variant.Variant",
+                  "standard attention, without weights: a sentence's rows as one block of queries against its keys "
+                  "(SDPA; a bfloat16 search's products, SharedKeys.low_context)",
+                  lambda unit: (True, ""), ("cpu", "cuda"), None))
+ONE_QUERY, CROSS = KERNELS[2], KERNELS[3]  # standard attention's steps (transformer_search takes them inline)

@@ -165,8 +165,8 @@ def pad_memory(
     E, S = mask.shape
     D, W = att.window, 2 * att.window + 1
     inside = F.pad(mask, (D, D)).unsqueeze(-1)  # (E, S+2D, 1)
-    if keys is values and att.score.kind != "dot":  # not yet W_a h̄_s, W_memory h̄_s
-        keys = att.score.keys(values)  # (concat-simple: values again)
+    if keys is values:  # not yet W_a h̄_s, W_memory h̄_s (dot and concat-simple: values again)
+        keys = att.score.keys(values)
 
     padding = not bool(mask.all())  # (a sentence alone has none)
 

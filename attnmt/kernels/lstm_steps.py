@@ -259,8 +259,8 @@ def _fused_supports(decoder: nn.Module) -> tuple[bool, str]:
     name = type(att).__name__
     if not is_definition(att, "attnmt.attention.global_attention.GlobalAttention"):
         return False, f"attention {name}: the fused loop takes global attention only"
-    if att.score_kind not in ("dot", "general", "location"):
-        return False, f"score {att.score_kind}: not a dot product with keys plus a bias"
+    if not att.score.dot_bias:
+        return False, f"score {att.score.name}: not a dot product with keys plus a bias"
     return True, ""
 
 

@@ -1,10 +1,12 @@
 """A search step of the Transformer decoder in a bfloat16 search on the CPU: ``Transformer.step``
 (models/transformer.py) for a pre-norm decoder, bit for bit the same logits, with less work
-between its products. A window variant's cross-attention takes a step of its own
-(kernels/window_search.py, bit for bit too); a sublayer whose attention is another variant
-(relative, localness, a window in self-attention) is the definition's own call
-(``Layer.self_attention``, ``SharedKeys.attend``) inside this step, so the variants keep the rest
-of the step's savings.
+between its products. Each sublayer's path is ``dispatch.choose``'s for its attention module
+(the variant it computes): standard attention's self- and cross-attention steps are this step's
+own (``kv_cache.ONE_QUERY``, ``kv_cache.CROSS``, computed inline below); a variant's kernel of
+part "search cross-attention" is its own step (the window's: kernels/window_search.py, bit for bit
+too; its ``run(attn)`` makes ``step(memory, h)``); any other sublayer (relative, localness, a
+window in self-attention) is the definition's own call (``Layer.self_attention``,
+``SharedKeys.attend``) inside this step, so the variants keep the rest of the step's savings.
 
 The definition's step, in a bfloat16 search, takes every product through ``PackedLinear`` and
 ``kv_cache``: each product's bfloat16 result comes back as float32 and the next product rounds it
@@ -37,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.kernels import packed, window_search
-from attnmt.kernels.dispatch import Kernel
-from attnmt.kernels.kv_cache import KVBuffer, SharedMemory, low_context
+from attnmt.kernels import packed
+from attnmt.kernels.dispatch import Kernel, choose
+from attnmt.kernels.kv_cache import CROSS, ONE_QUERY, KVBuffer, SharedMemory, low_context
 
 IMPLEMENTS = ("attnmt.models.transformer.Transformer",)
 
@@ -61,10 +63,19 @@ def supports(model: nn.Module) -> tuple[bool, str]:
     return True, ""
 
 
+def _paths(layer: nn.Module):
+    """A decoder layer's sublayer paths, ``dispatch.choose``'s: (its self-attention is this step's
+    (ONE_QUERY), its cross-attention is (CROSS), the kernel of another cross-attention step or None)."""
+    own_self = choose("search self-attention", layer.self_attn, "cpu")[0] is ONE_QUERY
+    cross = choose("search cross-attention", layer.cross_attn, "cpu")[0]
+    return own_self, cross is CROSS, (cross if cross is not CROSS else None)
+
+
 def _maps(layer: nn.Module) -> list[nn.Module]:
     """The maps this step multiplies by itself: a standard sublayer's (a variant's run in its own)."""
     sa, ca = layer.self_attn, layer.cross_attn
-    return ([] if sa.use_variant else [sa.q, sa.k, sa.v, sa.o]) + ([] if ca.use_variant else [ca.q, ca.o]) \
+    own_self, own_cross, _ = _paths(layer)
+    return ([sa.q, sa.k, sa.v, sa.o] if own_self else []) + ([ca.q, ca.o] if own_cross else []) \
         + [layer.ff.w1, layer.ff.w2]
 
 
@@ -76,10 +87,18 @@ def plan_for(model: nn.Module, state: dict, enc, need_weights: bool) -> Plan | N
         return kept
     if (need_weights or model.training or torch.is_grad_enabled() or not isinstance(enc, SharedMemory)
             or not state["layers"] or not all(isinstance(c, KVBuffer) for c in state["layers"])
-            or enc.mask.device.type != "cpu" or not supports(model)[0]):
+            or enc.mask.device.type != "cpu"):
         return None
-    if not all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search
-               and m.weight.dtype == torch.float32 for layer in model.decoder.layers for m in _maps(layer)):
+
+    def low(maps) -> bool:
+        return all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search
+                   and m.weight.dtype == torch.float32 for m in maps)
+
+    layers = model.decoder.layers
+    if not low(layers[0].ff.children()):  # a float32 or int8 search (asked at its every step): at once
+        return None
+    if (choose("search step", model, "cpu")[0] is not KERNELS[0]
+            or not all(low(_maps(layer)) for layer in layers)):
         return None
     return plan(model)
 
@@ -89,16 +108,17 @@ def plan(model: nn.Module) -> Plan | None:
     layers = []
     for layer in model.decoder.layers:
         sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
+        own_self, own_cross, cross_kernel = _paths(layer)
         maps = {"w1": (ff.w1._packed(), ff.w1.bias), "w2": (ff.w2._packed(), ff.w2.bias)}
-        if not sa.use_variant:
+        if own_self:
             maps.update(qkv=packed.stacked((sa.q, sa.k, sa.v)), o=(sa.o._packed(), sa.o.bias))
-        if not ca.use_variant:
+        if own_cross:
             maps.update(cq=(ca.q._packed(), ca.q.bias), co=(ca.o._packed(), ca.o.bias))
         if any(w.packed is None or w.packed.dtype != torch.bfloat16 for w, _ in maps.values()):
             return None
         layers.append({**maps, "norms": (layer.self_norm, layer.cross_norm, layer.ff_norm), "layer": layer,
-                       "self": None if sa.use_variant else sa, "cross": None if ca.use_variant else ca,
-                       "window": window_search.plan(ca) if ca.use_variant else None})
+                       "self": sa if own_self else None, "cross": ca if own_cross else None,
+                       "step": cross_kernel.run(ca) if cross_kernel is not None and cross_kernel.run else None})
     return Plan(layers)
 
 
@@ -127,11 +147,11 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
             x = x + packed.linear_low(context, *layer["o"])  # float32 + bfloat16: float32, exactly
         caches.append(cache)
         h = _norm(x, cross_norm)
-        if memory.rows == 1 or (ca is None and layer["window"] is None):
+        if memory.rows == 1 or (ca is None and layer["step"] is None):
             # a search's first step, or a variant without a step of its own: the definition's call
-            x = x + memory.attend(layer["layer"].cross_attn, h, False, None)[0]
-        elif ca is None:  # a window variant (kernels/window_search.py)
-            x = x + window_search.context(layer["window"], memory, h)
+            x = x + memory.attend(layer["layer"].cross_attn, h, False, None, t)[0]
+        elif ca is None:  # a variant's own step (the window's: kernels/window_search.py)
+            x = x + layer["step"](memory, h)
         else:
             H, d = ca.heads, ca.head_dim
             E = R // memory.rows
@@ -145,6 +165,7 @@ def step(model: nn.Module, prefix: torch.Tensor, state: dict, enc: SharedMemory,
 
 
 KERNELS = (Kernel("transformer_search.step", "search step", "attnmt.models.transformer.Transformer",
-                  "pre-norm, a bfloat16 search on the CPU; a window's cross-attention through window_search.context, "
+                  "pre-norm, a bfloat16 search on the CPU; a variant's cross-attention through its own step "
+                  "where one is declared (window_search.context), "
                   "another variant's sublayer the definition's (elsewhere the definition's step)",
                   supports, ("cpu",), step),)

@@ -22,35 +22,35 @@ packed weights once per search (``transformer_search.plan``); the keys are the m
 bfloat16 keys (``SharedKeys.laid_out``, made once per batch, carried through sentence drops).
 
 The ``full`` ablation (no pointers), weights asked for, float32 or int8 maps: the definition.
+``transformer_search.plan`` takes this step through ``dispatch.choose`` ("search cross-attention",
+for the module's variant): any variant's step of that part is taken alike.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from attnmt.kernels import packed
+from attnmt.kernels.dispatch import Kernel
 from attnmt.kernels.kv_cache import SharedKeys
 
 IMPLEMENTS = ("attnmt.attention.window.Window",)
-KERNELS = ()  # taken by transformer_search.step, which is the search's recorded path
 
 
-def supports(attn: nn.Module) -> tuple[bool, str]:
-    """Whether ``context`` computes this cross-attention module's step."""
-    unit = attn.unit
-    if not attn.use_variant or not hasattr(unit, "soft_mask"):
-        return False, "not a window variant"
+def supports(unit) -> tuple[bool, str]:
+    """Whether ``context`` computes the step of a cross-attention computing this window variant."""
     if unit.options.mask not in ("exact", "union", "sum"):
         return False, f"window mask {unit.options.mask!r} (an ablation without pointers)"
     return True, ""
 
 
-def plan(attn: nn.Module) -> dict | None:
-    """The module's query maps stacked [W_q; the window's query maps] and W_o, packed in bfloat16
-    (None where they are not: the definition's call)."""
-    if not supports(attn)[0]:
-        return None
+def plan(attn: nn.Module) -> Callable[[SharedKeys, torch.Tensor], torch.Tensor] | None:
+    """The step of cross-attention module ``attn`` (its variant a window that ``supports``
+    accepts): ``step(memory, h)``, ``context`` with the module's query maps stacked [W_q; the
+    window's query maps] and W_o packed in bfloat16 (None where they are not: the definition's call)."""
     query_maps = attn.unit.maps(attn)[0]
     maps = (attn.q, *query_maps.values())
     if not all(type(m) is packed.PackedLinear and m.bf16_search and not m.int8_search for m in (*maps, attn.o)):
@@ -58,8 +58,9 @@ def plan(attn: nn.Module) -> dict | None:
     queries, o = packed.stacked(maps), (attn.o._packed(), attn.o.bias)
     if any(w.packed is None or w.packed.dtype != torch.bfloat16 for w, _ in (queries, o)):
         return None
-    return {"attn": attn, "queries": queries, "names": ("q", *query_maps),
-            "sizes": [m.out_features for m in maps], "o": o}
+    cross = {"attn": attn, "queries": queries, "names": ("q", *query_maps),
+             "sizes": [m.out_features for m in maps], "o": o}
+    return lambda memory, h: context(cross, memory, h)
 
 
 def context(cross: dict, memory: SharedKeys, h: torch.Tensor) -> torch.Tensor:
@@ -90,3 +91,9 @@ def context(cross: dict, memory: SharedKeys, h: torch.Tensor) -> torch.Tensor:
             weights = torch.softmax(torch.addcmul(scores, local, mask) + bias, dim=-1)
     out = torch.matmul(weights.to(torch.bfloat16), keys["v"])  # (E, H, rows, d_h) bfloat16
     return packed.linear_low(out.transpose(1, 2).reshape(E * rows, 1, H * d), *cross["o"])
+
+
+KERNELS = (Kernel("window_search.context", "search cross-attention", IMPLEMENTS[0],
+                  "a window's cross-attention in a bfloat16 search on the CPU, inside transformer_search.step "
+                  "(elsewhere, and for the full ablation, the definition over the shared keys)",
+                  supports, ("cpu",), plan),)

@@ -22,7 +22,7 @@ from attnmt.attention import build_attention
 from attnmt.attention.base import Memory
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
-from attnmt.kernels import lstm_steps
+from attnmt.kernels.dispatch import choose
 from attnmt.kernels.fused_loss import linear_cross_entropy
 from attnmt.models.common import init_uniform_, lengths_to_mask
 from attnmt.models.decoders import LuongDecoder
@@ -115,6 +115,8 @@ class Seq2Seq(nn.Module):
         t = prefix.size(1) - 1  # index of the target word being predicted
         memory = enc["memory"] if self.has_attention else None
         if not self.decoder.training and not torch.is_grad_enabled():
-            return lstm_steps.infer_step(self.decoder, prefix[:, -1], state, memory, t, need_weights)
+            kernel, _ = choose("search step", self.decoder)  # kernels/lstm_steps.infer_step
+            if kernel is not None:
+                return kernel.run(self.decoder, prefix[:, -1], state, memory, t, need_weights)
         logits, state, weights = self.decoder(prefix[:, -1:], state, memory, t, need_weights)
         return logits[:, 0], state, (weights[:, 0] if weights is not None else None)

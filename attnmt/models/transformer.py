@@ -37,13 +37,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnmt.attention.multihead import MultiHeadAttention, window_options
+from attnmt.attention.multihead import MultiHeadAttention, unit_of
 from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.kernels import dropout as dropout_kernel
 from attnmt.kernels import transformer_search
 from attnmt.kernels.cache import growing
+from attnmt.kernels.dispatch import choose
 from attnmt.kernels.fused_loss import linear_cross_entropy
 from attnmt.kernels.kv_cache import (
     KVBuffer,
@@ -51,8 +52,7 @@ from attnmt.kernels.kv_cache import (
     SharedMemory,
     bf16_search_on,
     buffers,
-    one_query_applies,
-    one_query_attention,
+    one_query_step,
 )
 from attnmt.kernels.packed import PackedLinear, bf16_products, relu_chain
 from attnmt.models.common import lengths_to_mask
@@ -124,23 +124,27 @@ class FeedForward(nn.Module):
         return self.w2(dropout_kernel.relu_dropout(self.w1(x), self.dropout, self.training))
 
 
-def _attention(cfg: ModelConfig, variant: str) -> MultiHeadAttention:
-    window = window_options(variant, cfg.window_segment, cfg.window_mask, cfg.window_renorm,
-                            cfg.window_temperature, cfg.window_pointers)
-    return MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant, window, cfg.relative_clip,
-                              PackedLinear)
+def _attention(cfg: ModelConfig, variant: str, role: str) -> MultiHeadAttention:
+    """The attention ``role`` ("encoder self-attention", "decoder self-attention",
+    "cross-attention": what it computes in a run, kernels/dispatch.ROLES) with ``variant`` and
+    the options the variant reads from ``cfg``."""
+    attn = MultiHeadAttention(cfg.hidden, cfg.heads, cfg.dropout, variant,
+                              unit_of(variant).options_from(cfg, variant), PackedLinear)
+    attn.role = role
+    return attn
 
 
 class Layer(nn.Module):
     """One encoder layer (self-attention, FF) or decoder layer (causal self, cross, FF)."""
 
-    def __init__(self, cfg: ModelConfig, self_variant: str, cross_variant: str | None = None):
+    def __init__(self, cfg: ModelConfig, self_variant: str, cross_variant: str | None = None,
+                 self_role: str = "encoder self-attention"):
         super().__init__()
         d = cfg.hidden
         self.pre = cfg.norm == "pre"
-        self.self_attn = _attention(cfg, self_variant)
+        self.self_attn = _attention(cfg, self_variant, self_role)
         self.self_norm = nn.LayerNorm(d)
-        self.cross_attn = _attention(cfg, cross_variant) if cross_variant else None
+        self.cross_attn = _attention(cfg, cross_variant, "cross-attention") if cross_variant else None
         self.cross_norm = nn.LayerNorm(d) if cross_variant else None
         self.ff = FeedForward(d, cfg.ff, cfg.dropout)
         self.ff_norm = nn.LayerNorm(d)
@@ -157,11 +161,12 @@ class Layer(nn.Module):
         the keys of every position so far: the next state)."""
         queries, keys, given = self.self_attn.project_self(h)  # Q, K, V (and more) in one product
         if isinstance(cache, KVBuffer):  # the same keys, written into preallocated buffers
-            fast, _ = one_query_applies(self.self_attn, h, mask, internals)
+            kernel = (choose("search self-attention", self.self_attn, h.device.type)[0]
+                      if one_query_step(self.self_attn, h, mask, internals) else None)
             low = bf16_search_on(self.self_attn, h) and h.size(1) == 1 and not torch.is_grad_enabled()
-            keys, state = cache.extend(keys, one_query=fast, low=low)
+            keys, state = cache.extend(keys, one_query=kernel is not None, low=low)
             if keys is None:  # buffered for, and attended by, the one-query kernel
-                return one_query_attention(self.self_attn, queries, state), state
+                return kernel.run(self.self_attn, queries, state), state
             if state.layout == "low" and low:  # a variant's keys, bfloat16 over the capacity
                 if causal and mask is None and internals is None:  # past t causally masked; bf16 products
                     with bf16_products():
@@ -203,9 +208,10 @@ class Layer(nn.Module):
             cross_int = {} if internals is not None else None
 
             def cross_attention(h):
+                # the queries at their target positions (a variant's bias may read them, ALiBi's)
                 if isinstance(memory, SharedKeys):  # the same attention, keys not copied per row
-                    return memory.attend(self.cross_attn, h, need_weights, cross_int)
-                return self.cross_attn(h, memory, memory_mask, False, 0, need_weights, cross_int)
+                    return memory.attend(self.cross_attn, h, need_weights, cross_int, offset)
+                return self.cross_attn(h, memory, memory_mask, False, offset, need_weights, cross_int)
 
             x, weights = self._sub(x, self.cross_norm, cross_attention)
             if internals is not None:
@@ -222,11 +228,13 @@ class Stack(nn.Module):
     def __init__(self, cfg: ModelConfig, self_kind: str, cross: bool):
         super().__init__()
         n_var = cfg.attention_layers or cfg.layers
+        role = "decoder self-attention" if self_kind == "dec_self_attention" else "encoder self-attention"
         self.layers = nn.ModuleList(
             Layer(
                 cfg,
                 getattr(cfg, self_kind) if i < n_var else "standard",
                 (cfg.cross_attention if i < n_var else "standard") if cross else None,
+                role,
             )
             for i in range(cfg.layers)
         )

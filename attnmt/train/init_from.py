@@ -62,12 +62,13 @@ def check_compatible(cfg: Config, source: Config, run: Path) -> None:
     sections = [f.name for f in dataclasses.fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))
                 and f.name not in ("data", "train", "ngram")]
     for section, keys in [*((name, None) for name in sections), ("data", VOCABULARY_KEYS)]:
-        mine, theirs = dataclasses.asdict(getattr(cfg, section)), dataclasses.asdict(getattr(source, section))
-        for key in keys or mine:
+        # (as saved: a Transformer variant's options are a section of model, in either config or both)
+        mine, theirs = cfg.to_dict()[section], source.to_dict()[section]
+        for key in keys or {**mine, **theirs}:
             if section != "data" and key in ARCHITECTURE_FREE:
                 continue
-            if mine[key] != theirs[key]:
-                raise UserError(f"--init-from: {section}.{key} is {mine[key]!r} here, {theirs[key]!r} in the "
+            if mine.get(key) != theirs.get(key):
+                raise UserError(f"--init-from: {section}.{key} is {mine.get(key)!r} here, {theirs.get(key)!r} in the "
                                 "run (fine-tuning keeps the model and its vocabularies)", str(run))
 
 
