@@ -104,9 +104,9 @@ def _float32_training(monkeypatch):
     bfloat16 products (train.amp, translate's default on a CPU with bfloat16 units) would make
     results depend on the CPU. tests/test_bf16_products.py tests that path."""
     from attnmt.kernels import packed
-    from attnmt.train import training
+    from attnmt.train import update
 
-    monkeypatch.setattr(training, "native_bf16", lambda: False)
+    monkeypatch.setattr(update, "native_bf16", lambda: False)
     monkeypatch.setattr(packed, "native_bf16", lambda: False)  # translate's default search too
 
 

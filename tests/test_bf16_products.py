@@ -127,20 +127,20 @@ def test_row_processes_follow_the_parents_setting():
 @pytest.mark.parametrize("amp, native, want", [(True, True, True), (False, True, False), (True, False, False)])
 def test_trainer_uses_bf16_products_for_amp_on_bf16_cpus_only(tiny_corpus, tmp_path, monkeypatch, amp, native, want):
     from attnmt.config import load_config
-    from attnmt.train import training
+    from attnmt.train import training, update
 
-    monkeypatch.setattr(training, "native_bf16", lambda: native)
+    monkeypatch.setattr(update, "native_bf16", lambda: native)
     seen = []
     real = packed.bf16_enabled
 
-    def update(self, batches):
+    def one_update(self, batches, lr, step):
         seen.append(real())
         return 0.0, 1
 
-    monkeypatch.setattr(training.Trainer, "_update", update)
+    monkeypatch.setattr(update.Updater, "_update", one_update)
     cfg = load_config(tiny_corpus.config, [f"train.amp={str(amp).lower()}", "train.device=cpu"])
     trainer = training.Trainer(cfg, tmp_path / "run")
-    assert trainer.cpu_bf16 is want
+    assert trainer.updater.cpu_bf16 is want
     trainer.train_step([])
     assert seen == [want] and not packed.bf16_enabled()
 

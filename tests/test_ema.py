@@ -94,7 +94,7 @@ def test_the_warm_up_decays_with_the_update_count(tiny_corpus, tmp_path):
 
 
 def test_validation_uses_the_average_and_checkpoints_save_it(tiny_corpus, tmp_path, monkeypatch):
-    from attnmt.train import training
+    from attnmt.train import validation
 
     seen = []
 
@@ -102,7 +102,7 @@ def test_validation_uses_the_average_and_checkpoints_save_it(tiny_corpus, tmp_pa
         seen.append({n: p.detach().clone() for n, p in model.state_dict().items()})
         return {"loss": 1.0, "ppl": 2.0, "tokens": 1}
 
-    monkeypatch.setattr(training, "perplexity", ppl)
+    monkeypatch.setattr(validation, "perplexity", ppl)
     run = tmp_path / "ema"
     _train(tiny_corpus.config, run, ["train.max_steps=3", "train.valid_every=3", "train.ema=0.9"])
     ckpt = find_checkpoint(run, "best")

@@ -123,7 +123,7 @@ def test_trainer_step_equals_the_plain_loss_path(tiny_corpus, tmp_path, monkeypa
     got = one_step()
     assert len(calls) == len(batches)  # the fused path ran
     monkeypatch.delattr(Seq2Seq, "token_loss")
-    monkeypatch.setattr(trainer, "fused_loss", False)  # decided when the trainer was built
+    monkeypatch.setattr(trainer.updater, "fused_loss", False)  # decided when the trainer was built
     want = one_step()
     assert got[1] == want[1]
     assert abs(got[0] - want[0]) < 1e-4 * abs(want[0])

@@ -71,7 +71,7 @@ def test_trainer_runs_row_groups_on_cpu_and_keeps_the_update(tiny_corpus, tmp_pa
         torch.set_num_threads(2)
         calls = []
         real = row_groups.grouped_backward
-        monkeypatch.setattr("attnmt.train.training.grouped_backward", lambda *a: calls.append(a[2]) or real(*a))
+        monkeypatch.setattr("attnmt.train.update.grouped_backward", lambda *a: calls.append(a[2]) or real(*a))
         one_step = fixed_update(trainer)
 
         got = one_step(2)

@@ -119,15 +119,15 @@ def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path,
                                            "train.row_groups=2", "train.max_steps=3"])
     trainer = Trainer(cfg, tmp_path / "run")
     try:
-        assert trainer.row_workers == "processes"
+        assert trainer.updater.row_workers == "processes"
         batch_size = trainer.cfg.train.batch_size
         trainer.cfg.train.batch_size = 3  # no batch can have two groups of MIN_GROUP_ROWS = 2
-        assert trainer._start_row_processes() is None
+        assert trainer.updater.start_row_processes() is None
         trainer.cfg.train.batch_size = batch_size
         one_step = fixed_update(trainer)
 
         got = one_step(2)
-        rows = trainer.row_processes
+        rows = trainer.updater.row_processes
         assert rows is not None and rows.parts == 2
         want = one_step(1)
         assert got[1] == want[1] and abs(got[0] - want[0]) < 1e-4 * abs(want[0])
@@ -136,7 +136,7 @@ def test_trainer_trains_with_row_processes_and_stops_them(tiny_corpus, tmp_path,
         trainer.cfg.train.row_groups = 2
         trainer.step = 0
         summary = trainer.train()  # the whole loop, checkpoints included; stops its processes
-        assert summary["step"] == 3 and trainer.row_processes is None
+        assert summary["step"] == 3 and trainer.updater.row_processes is None
         assert not any(p.is_alive() for p in rows.procs)
     finally:
         trainer.close()

@@ -33,3 +33,17 @@ def test_after_warmup():
 def test_unknown_schedule_is_a_user_error():
     with pytest.raises(UserError, match="train.schedule"):
         validate(_cfg("cosine"))
+
+
+def test_the_progress_bar_counts_what_ends_the_run(tiny_corpus):
+    """A time budget fills the bar by time (a step count it will not reach does not); without one,
+    by steps."""
+    from attnmt.config import load_config
+    from attnmt.train.progress import spent
+
+    timed = load_config(tiny_corpus.config, ["train.max_time=100", "train.max_steps=100000", "train.epochs=1000"])
+    assert spent(timed, step=450, elapsed=45.0, steps_per_epoch=16) == 0.45
+    stepped = load_config(tiny_corpus.config, ["train.max_steps=200", "train.epochs=1000"])
+    assert spent(stepped, step=50, elapsed=999.0, steps_per_epoch=16) == 0.25
+    epochs = load_config(tiny_corpus.config, ["train.epochs=4"])
+    assert spent(epochs, step=32, elapsed=1.0, steps_per_epoch=16) == 0.5

@@ -14,7 +14,7 @@ import torch
 from attnmt.config import load_config
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import find_checkpoint
-from attnmt.train import training
+from attnmt.train import training, validation
 from attnmt.train.run import run_training
 from attnmt.train.validation import Tracker, better
 
@@ -49,8 +49,8 @@ def _scripted(monkeypatch, ppls: list[float], bleus: list[float]) -> None:
         calls["bleu"] += 1
         return {"bleu": value, "signature": "nrefs:1|scripted", "sentences": 1, "beam": 1}
 
-    monkeypatch.setattr(training, "perplexity", ppl)
-    monkeypatch.setattr(training, "dev_score", bleu)
+    monkeypatch.setattr(validation, "perplexity", ppl)
+    monkeypatch.setattr(validation, "dev_score", bleu)
 
 
 @pytest.mark.parametrize("metric, flags", [("bleu", [True, False, True]), ("ppl", [True, True, False])])
@@ -61,7 +61,7 @@ def test_best_follows_the_chosen_metric_when_ppl_and_bleu_disagree(tiny_corpus, 
     run = tmp_path / metric
     overrides = ["train.max_steps=6", "train.valid_every=2", f"train.valid_metric={metric}"]
     if metric == "ppl":
-        monkeypatch.setattr(training, "dev_score", lambda *a: pytest.fail("ppl validation translated"))
+        monkeypatch.setattr(validation, "dev_score", lambda *a: pytest.fail("ppl validation translated"))
     summary = _train(tiny_corpus.config, run, overrides)
     valid = _valid(run)
     assert [v["step"] for v in valid] == [2, 4, 6]
@@ -70,7 +70,8 @@ def test_best_follows_the_chosen_metric_when_ppl_and_bleu_disagree(tiny_corpus, 
     assert [v["best"] for v in valid] == flags
     assert all(v["metric"] == metric and v["seconds"] >= 0 for v in valid)
     if metric == "bleu":
-        assert summary["best_dev_bleu"] == 3.0 and summary["best_dev_ppl"] == 8.0  # BEST's ppl
+        assert summary["best_dev_bleu"] == 3.0 and summary["best_checkpoint_dev_ppl"] == 8.0  # BEST's ppl
+        assert "best_dev_ppl" not in summary  # 5.0 was the lowest: a name that says "best" would lie
         assert all(v["signature"] == "nrefs:1|scripted" for v in valid)
 
 
@@ -133,3 +134,40 @@ def test_bleu_validation_is_refused_without_translations(tmp_path, task):
 def test_bad_validation_settings_name_their_key(tiny_corpus, override, key):
     with pytest.raises(UserError, match=key.replace(".", r"\.")):
         load_config(tiny_corpus.config, [override])
+
+
+def test_resuming_a_run_that_patience_stopped_validates_nothing_again(tiny_corpus, tmp_path, monkeypatch):
+    """The run ended by patience at step 4 (validated there); --resume finds patience spent and
+    ends at once, without counting step 4's validation a second time."""
+    _scripted(monkeypatch, ppls=[9.0], bleus=[5.0])
+    run = tmp_path / "stopped"
+    common = ["train.valid_every=1", "train.valid_metric=bleu", "train.patience=3", "train.max_steps=40"]
+    first = _train(tiny_corpus.config, run, common)
+    assert first["reason"] == "patience" and first["step"] == 4
+    before = _valid(run)
+    threads = torch.get_num_threads()
+    try:
+        again = run_training(None, str(run), [], resume=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert again["reason"] == "patience" and again["step"] == 4
+    assert _valid(run) == before  # no new validation record
+
+
+def test_scores_are_compared_unrounded(tiny_corpus, tmp_path, monkeypatch):
+    """BLEU 20.004 after 20.001 is better (it was 20.00 = 20.00, a tie, when rounded first)."""
+    _scripted(monkeypatch, ppls=[9.0], bleus=[20.001, 20.004])
+    run = tmp_path / "fine"
+    _train(tiny_corpus.config, run, ["train.max_steps=2", "train.valid_every=1", "train.valid_metric=bleu"])
+    assert [v["best"] for v in _valid(run)] == [True, True]
+
+
+def test_each_validation_is_said_on_the_console(tiny_corpus, tmp_path, monkeypatch, capsys):
+    _scripted(monkeypatch, ppls=[9.0, 8.0, 8.5], bleus=[1.0, 2.0, 1.5])
+    _train(tiny_corpus.config, tmp_path / "said", ["train.max_steps=3", "train.valid_every=1",
+                                                   "train.valid_metric=bleu", "train.patience=4"])
+    lines = [x for x in capsys.readouterr().err.splitlines() if "valid step" in x]
+    assert len(lines) == 3
+    assert lines[1] == "attnmt: valid step 2 (epoch 1): dev ppl 8.00, bleu 2.00, new best, patience 4 of 4 left"
+    assert lines[2] == ("attnmt: valid step 3 (epoch 1): dev ppl 8.50, bleu 1.50, best 2.00 at step 2, "
+                        "patience 3 of 4 left")

@@ -14,13 +14,16 @@ since it last improved (``train.patience`` of them stop the run).
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import sacrebleu
 import torch
 
 from attnmt.config import Config
+from attnmt.data.batching import iterate_batches, make_batches
 from attnmt.decode.translate import Translation, Translator
+from attnmt.models.common import token_loss
 
 HIGHER_IS_BETTER = {"ppl": False, "bleu": True, "chrf": True}
 # sacrebleu's default metrics, as attnmt score reports them (eval/scoring.py; train may not import eval)
@@ -63,6 +66,36 @@ class Tracker:
         return patience > 0 and self.since_best >= patience
 
 
+@torch.no_grad()
+def perplexity(model, src, tgt, device, batch_tokens: int = 4000, autocast=nullcontext) -> dict:
+    """Perplexity of a translation/LM model on token-id data (teacher forcing, </s> scored).
+    A model class with its own ``evaluate`` (the classifier) is validated by that instead."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
+        batch = batch.to(device)
+        with autocast():
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        total += float(token_loss(logits, batch.tgt_out))
+        tokens += batch.target_tokens
+    model.train()
+    return {"loss": total / max(tokens, 1), "ppl": math.exp(min(total / max(tokens, 1), 50)), "tokens": tokens}
+
+
+def console_line(step: int, epoch: int, result: dict, tracker: Tracker, patience: int, best_step: int) -> str:
+    """What a validation says on the console: the step, dev ppl (and the metric), the best so far
+    and the patience left."""
+    metric = tracker.metric
+    parts = [f"valid step {step} (epoch {epoch}): dev ppl {result['ppl']:.2f}"]
+    if metric != "ppl":
+        parts.append(f"{metric} {result[metric]:.2f}")
+    best = "new best" if tracker.since_best == 0 else f"best {tracker.best:.2f} at step {best_step}"
+    parts.append(best)
+    if patience > 0:
+        parts.append(f"patience {max(patience - tracker.since_best, 0)} of {patience} left")
+    return ", ".join(parts)
+
+
 def translate_lines(model: torch.nn.Module, cfg: Config, src_tok, tgt_tok, device: torch.device,
                     sources: list[str], beam: int, with_attention: bool = False) -> list:
     """The best Translation of each of ``sources`` by the model as it is (eval mode meanwhile)."""
@@ -87,6 +120,6 @@ def dev_score(model: torch.nn.Module, cfg: Config, src_tok, tgt_tok, device: tor
     sources, references = sources[:n], references[:n]
     hyps = [r.text for r in translate_lines(model, cfg, src_tok, tgt_tok, device, sources, t.valid_beam)]
     metric = SACREBLEU[t.valid_metric]()
-    score = round(metric.corpus_score(hyps, [references]).score, 2)
+    score = metric.corpus_score(hyps, [references]).score  # compared unrounded: a 0.004 gain is one
     return {t.valid_metric: score, "signature": str(metric.get_signature()), "sentences": len(sources),
             "beam": t.valid_beam}
