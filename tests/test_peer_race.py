@@ -27,7 +27,7 @@ def test_noam_learning_rate_follows_attnmt_step_by_step(name, d):
     cfg = load_config(ROOT / "configs" / name, [f"model.hidden={d}"])
     lr = race_peers.noam_lr(cfg.train.lr, d, cfg.train.warmup)
     for step in (1, 7, cfg.train.warmup - 1, cfg.train.warmup, cfg.train.warmup + 1, 5000):
-        assert noam(lr, step, cfg.train.warmup, d) == pytest.approx(learning_rate(cfg, 0, step), rel=1e-9)
+        assert noam(lr, step, cfg.train.warmup, d) == pytest.approx(learning_rate(cfg.train, 0, step), rel=1e-9)
 
 
 def _config(peer, model, tmp_path, sets=()):

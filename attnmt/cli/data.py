@@ -289,7 +289,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def _prepare_spec(args: argparse.Namespace):
     """The preparation the flags ask for: --config's data section, then each flag given."""
-    from attnmt.data.prepare import PrepareSpec, spec_from_config
+    from attnmt.data.prepare import PrepareSpec
+    from attnmt.train.data import spec_from_config
     from attnmt.errors import UserError
 
     spec = PrepareSpec(train=[])

@@ -86,23 +86,6 @@ class PrepareSpec:
         return d
 
 
-def spec_from_config(cfg, given: dict[str, str] | None = None, corpora: bool = True) -> PrepareSpec:
-    """The preparation of a config's data section (``attnmt train`` on raw text, ``attnmt data
-    prepare --config``); ``given``: tokenizer files to use (a run's own); ``corpora`` False:
-    the settings only (the corpora come from elsewhere)."""
-    d = cfg.data
-    domains = cfg.ngram.domains.split() or None
-    train = S.parse_sources(d.train, cfg.task, d.src, d.tgt, domains, key="data.train") if corpora else []
-    dev = S.parse_sources(d.dev, cfg.task, d.src, d.tgt, domains, key="data.dev") if corpora and d.dev else []
-    files = {side: path for side, path in (("src", d.src_spm), ("tgt", d.tgt_spm)) if path}
-    return PrepareSpec(
-        train=train, dev=dev, task=cfg.task, src=d.src, tgt=d.tgt, tokenizer=d.tokenizer,
-        src_vocab_size=d.src_vocab_size, tgt_vocab_size=d.tgt_vocab_size, given={**files, **(given or {})},
-        lowercase=d.lowercase, max_len=d.max_len if cfg.task == "translate" else 0,
-        max_ratio=d.max_ratio, drop_identical=d.drop_identical, sample=d.tokenizer_sample,
-        seed=cfg.train.seed, keep_text=d.spm_alpha > 0)
-
-
 def _source_record(s: S.CorpusSource) -> dict:
     return {"name": s.name, "weight": s.weight, "files": [_file_identity(p) for p in s.paths]}
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from attnmt.config import Config
 from attnmt.data.batching import Batch, Batches, collate_rows, epoch_batches
-from attnmt.data.prepare import PrepareSpec, prepare, read_manifest, spec_from_config
+from attnmt.data.prepare import PrepareSpec, prepare, read_manifest
+from attnmt.data.sources import parse_sources
 from attnmt.data.prepared import PreparedCorpus, PreparedSplit, open_prepared
 from attnmt.data.ragged import Ragged
 from attnmt.data.vocab import PAD, Tokenizer, load_tokenizer
@@ -180,6 +181,23 @@ class TrainSet:
 
 
 # -- the corpus of a run ------------------------------------------------------------------------------
+def spec_from_config(cfg: Config, given: dict[str, str] | None = None, corpora: bool = True) -> PrepareSpec:
+    """The preparation of a config's data section (``attnmt train`` on raw text, ``attnmt data
+    prepare --config``); ``given``: tokenizer files to use (a run's own); ``corpora`` False:
+    the settings only (the corpora come from elsewhere)."""
+    d = cfg.data
+    domains = cfg.ngram.domains.split() or None
+    train = parse_sources(d.train, cfg.task, d.src, d.tgt, domains, key="data.train") if corpora else []
+    dev = parse_sources(d.dev, cfg.task, d.src, d.tgt, domains, key="data.dev") if corpora and d.dev else []
+    files = {side: path for side, path in (("src", d.src_spm), ("tgt", d.tgt_spm)) if path}
+    return PrepareSpec(
+        train=train, dev=dev, task=cfg.task, src=d.src, tgt=d.tgt, tokenizer=d.tokenizer,
+        src_vocab_size=d.src_vocab_size, tgt_vocab_size=d.tgt_vocab_size, given={**files, **(given or {})},
+        lowercase=d.lowercase, max_len=d.max_len if cfg.task == "translate" else 0,
+        max_ratio=d.max_ratio, drop_identical=d.drop_identical, sample=d.tokenizer_sample,
+        seed=cfg.train.seed, keep_text=d.spm_alpha > 0)
+
+
 def _tokenizer_file(folder: Path, side: str) -> Path | None:
     for name in (f"{side}.spm.model", f"{side}.vocab"):
         if (folder / name).is_file():

@@ -6,16 +6,15 @@ import math
 
 import torch
 
-from attnmt.config import Config
+from attnmt.config import TrainConfig
 from attnmt.errors import UserError
 
 
-def learning_rate(cfg: Config, epoch: int, step: int, progress: float = 0.0) -> float:
+def learning_rate(t: TrainConfig, epoch: int, step: int, progress: float = 0.0) -> float:
     """SGD (the paper): lr, halved (×decay) every epoch after ``decay_start``.
     Adam: linear warm-up for ``warmup`` steps, then (``schedule``) inverse square root decay,
     a constant rate, or a linear decay that reaches zero when ``progress`` (the spent fraction of
     the training budget) reaches 1."""
-    t = cfg.train
     if t.optimizer == "sgd":
         return t.lr * t.decay ** max(0, epoch - t.decay_start)
     step, warmup = max(step, 1), max(t.warmup, 1)
@@ -27,8 +26,7 @@ def learning_rate(cfg: Config, epoch: int, step: int, progress: float = 0.0) -> 
     return t.lr * min(step / warmup, math.sqrt(warmup / step))
 
 
-def make_optimizer(cfg: Config, model: torch.nn.Module) -> torch.optim.Optimizer:
-    t = cfg.train
+def make_optimizer(t: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
     if t.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=t.lr)
     if t.optimizer == "adam":

@@ -14,14 +14,13 @@ import sys
 
 from tqdm import tqdm
 
-from attnmt.config import Config
+from attnmt.config import TrainConfig
 
 SCALE = 1000  # the bar counts thousandths of the budget
 
 
-def spent(cfg: Config, step: int, elapsed: float, steps_per_epoch: int) -> float:
+def spent(t: TrainConfig, step: int, elapsed: float, steps_per_epoch: int) -> float:
     """The spent fraction of the training budget (module docstring), at most 1."""
-    t = cfg.train
     parts = [step / max(steps_per_epoch * t.epochs, 1)]
     if t.max_steps:
         parts.append(step / t.max_steps)

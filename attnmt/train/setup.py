@@ -63,7 +63,7 @@ def set_up(cfg: Config, run_dir: Path, resume: bool, init_from: str | None, init
 
     model = attach_ngram(model, cfg, run_dir, data.tgt_tok, step_fn=step,
                          train_targets=data.train.targets_flat if dist.main else None, sync=dist.barrier)
-    optimizer = make_optimizer(cfg, model)
+    optimizer = make_optimizer(t, model)
     note = None
     if source is not None:
         loaded = init.load_initial(model, optimizer if init_optimizer else None, source, which,

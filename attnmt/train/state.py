@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from attnmt.config import Config
+from attnmt.config import TrainConfig
 from attnmt.errors import UserError
 from attnmt.runs.checkpoint import EMA_FILE, check_trainer_state, find_checkpoint, load_trainer_state, load_weights
 from attnmt.runs.loader import load_weights_into
@@ -36,8 +36,8 @@ class RunState:
     validated: tuple[int, dict] | None = None  # (step, result) of the latest validation
 
     @classmethod
-    def fresh(cls, cfg: Config) -> "RunState":
-        return cls(tracker=Tracker.fresh(cfg.train.valid_metric))
+    def fresh(cls, metric: str) -> "RunState":
+        return cls(tracker=Tracker.fresh(metric))
 
     def to_dict(self, optimizer: torch.optim.Optimizer) -> dict:
         return {
@@ -58,7 +58,7 @@ def _numbers(result: dict) -> dict:
     return {k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
 
 
-def resume(run_dir: Path, cfg: Config, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def resume(run_dir: Path, t: TrainConfig, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
            ema: EMA | None) -> tuple[RunState, EMA | None, str]:
     """The state of RUN's last checkpoint, loaded into ``model``, ``optimizer`` (and ``ema``;
     a new one if train.ema was switched on at --resume) and torch's RNGs; returns it, the EMA
@@ -75,10 +75,10 @@ def resume(run_dir: Path, cfg: Config, model: torch.nn.Module, optimizer: torch.
                         f"{str(err).splitlines()[0] if str(err) else ''})", str(ckpt / "trainer.pt")) from None
     state = RunState(saved["step"], saved["epoch"], saved["batch_in_epoch"], saved["elapsed"],
                      saved.get("tokens", 0), saved["best_ppl"], saved.get("best_step", 0),
-                     Tracker.fresh(cfg.train.valid_metric))
-    if saved.get("valid_metric", "ppl") == cfg.train.valid_metric:
+                     Tracker.fresh(t.valid_metric))
+    if saved.get("valid_metric", "ppl") == t.valid_metric:
         best = saved.get("best_score", state.best_ppl)  # a checkpoint from before valid_metric: ppl
-        state.tracker = Tracker(cfg.train.valid_metric, best, saved.get("since_best", 0))
+        state.tracker = Tracker(t.valid_metric, best, saved.get("since_best", 0))
     # else: --set train.valid_metric changed the metric; BEST is chosen afresh from here on
     if saved.get("validated_step", -1) == state.step and saved.get("validated"):
         state.validated = (state.step, dict(saved["validated"]))
@@ -87,7 +87,7 @@ def resume(run_dir: Path, cfg: Config, model: torch.nn.Module, optimizer: torch.
         if path.is_file():
             ema.load(load_weights(path), str(path))
         else:  # train.ema switched on at --resume: the average starts from the weights now
-            ema = EMA(model, cfg.train.ema, cfg.train.ema_warmup)
+            ema = EMA(model, t.ema, t.ema_warmup)
     if torch.cuda.is_available() and saved.get("cuda_rng") is not None:
         torch.cuda.set_rng_state_all(saved["cuda_rng"])
     return state, ema, ckpt.name

@@ -4,7 +4,7 @@ RUN/tensorboard/, for ``tensorboard --logdir RUN/tensorboard``.
 A mirror of log.jsonl, which stays the record a run is read from: every ``train`` record's loss,
 ppl, lr and tok_s (``train/...``), every ``valid`` record's numbers (``dev/...``: ppl, loss, the
 valid_metric score, the seconds it took), and at each validation the attention of the model on a
-few fixed dev sentences (their first ``EXAMPLES`` sources, translated greedily) as heat maps
+few fixed dev sentences (their first ``validation.EXAMPLES`` sources, translated greedily) as heat maps
 (``attention/k``: decode/heatmap.py, the picture plot_heatmap saves), for LSTM (Luong) and Transformer models alike.
 Rank 0 writes; TensorBoard is an optional extra (``pip install attnmt[tensorboard]``).
 """
@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from attnmt.errors import UserError
 
-EXAMPLES = 3  # dev sentences whose attention is drawn at each validation
 TRAIN_SCALARS = ("loss", "ppl", "lr", "tok_s")
 DEV_SCALARS = ("loss", "ppl", "bleu", "chrf", "accuracy", "seconds")
 
@@ -62,12 +60,3 @@ class TensorBoard:
 
     def close(self) -> None:
         self.writer.close()
-
-
-def example_translations(model: torch.nn.Module, cfg, src_tok, tgt_tok, device: torch.device,
-                         sources: list[str]) -> list:
-    """Greedy translations, with attention, of the first ``EXAMPLES`` of ``sources``."""
-    from attnmt.train.validation import translate_lines
-
-    return translate_lines(model, cfg, src_tok, tgt_tok, device, sources[:EXAMPLES], beam=1,
-                           with_attention=True)

@@ -35,8 +35,7 @@ from attnmt.train.progress import Bar, spent
 from attnmt.train.setup import set_up
 from attnmt.train.state import RunState, resume as resume_state
 from attnmt.train.update import Updater
-from attnmt.train.dev import evaluate_dev
-from attnmt.train.validation import console_line, perplexity  # noqa: F401
+from attnmt.train.validation import console_line, evaluate_dev, perplexity  # noqa: F401
 
 
 class Trainer:
@@ -46,12 +45,13 @@ class Trainer:
         parts = set_up(cfg, run_dir, resume, init_from, init_optimizer, step=lambda: self.state.step)
         self.dist, self.device, self.data, self.model = parts.dist, parts.device, parts.data, parts.model
         self.optimizer, self.ema, self.tensorboard = parts.optimizer, parts.ema, parts.tensorboard
-        self.state = RunState.fresh(cfg)
+        self.state = RunState.fresh(cfg.train.valid_metric)
         self.pending = [parts.init_note] if parts.init_note else []  # logged when training starts
         if parts.resuming:
-            self.state, self.ema, name = resume_state(run_dir, cfg, self.model, self.optimizer, self.ema)
+            self.state, self.ema, name = resume_state(run_dir, cfg.train, self.model, self.optimizer, self.ema)
             self.log({"event": "resume", "checkpoint": name, "step": self.state.step})
-        self.updater = Updater(cfg, self.model, self.optimizer, self.ema, self.dist, self.device)
+        self.updater = Updater(cfg.train, getattr(cfg.model, "hidden", 0), self.model, self.optimizer, self.ema,
+                               self.dist, self.device)
         self.steps_per_epoch = 1  # set when training starts
         self.stop_requested = False
 
@@ -115,13 +115,13 @@ class Trainer:
     def train_step(self, batches: list[Batch]) -> tuple[float, int]:
         """One update from ``batches`` (gradient accumulation); returns summed loss and tokens."""
         s = self.state
-        lr = learning_rate(self.cfg, s.epoch, s.step + 1, self._progress())
+        lr = learning_rate(self.cfg.train, s.epoch, s.step + 1, self._progress())
         out = self.updater.update(batches, lr, s.step + 1)
         s.step += 1
         return out
 
     def _progress(self) -> float:
-        return spent(self.cfg, self.state.step, self.state.elapsed, self.steps_per_epoch)
+        return spent(self.cfg.train, self.state.step, self.state.elapsed, self.steps_per_epoch)
 
     def _out_of_budget(self) -> bool:
         t, s = self.cfg.train, self.state

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 import torch
 
-from attnmt.config import Config
+from attnmt.config import TrainConfig
 from attnmt.data.batching import Batch
 from attnmt.kernels.packed import bf16_products, native_bf16
 from attnmt.models.common import loss_units, model_loss
@@ -41,11 +41,11 @@ class TokenLoss(torch.nn.Module):
 class Updater:
     """The update of ``model`` by ``optimizer`` (module docstring)."""
 
-    def __init__(self, cfg: Config, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    def __init__(self, t: TrainConfig, hidden: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  ema: EMA | None, dist: Dist, device: torch.device):
-        self.cfg, self.model, self.optimizer, self.ema = cfg, model, optimizer, ema
+        """``t``: the train section; ``hidden``: the model's width (row groups are for wide ones)."""
+        self.train, self.hidden, self.model, self.optimizer, self.ema = t, hidden, model, optimizer, ema
         self.dist, self.device = dist, device
-        t = cfg.train
         # A model may define token_loss(src, src_lengths, tgt_in, tgt_out, smoothing), equal to
         # token_loss(model(...)) but cheaper (Seq2Seq: no logits for padding). The NgramRes head
         # defines none: its loss comes from its forward, the n-gram term included.
@@ -69,7 +69,7 @@ class Updater:
 
     @property
     def precision(self) -> str:
-        t = self.cfg.train
+        t = self.train
         return "bf16 products" if self.cpu_bf16 else ("amp" if t.amp and self.device.type == "cuda" else "float32")
 
     def update(self, batches: list[Batch], lr: float, step: int) -> tuple[float, int]:
@@ -78,7 +78,7 @@ class Updater:
             return self._update(batches, lr, step)
 
     def _update(self, batches: list[Batch], lr: float, step: int) -> tuple[float, int]:
-        t = self.cfg.train
+        t = self.train
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
@@ -121,8 +121,7 @@ class Updater:
         gradient scaling there), as train.row_groups says (row_groups.groups_for)."""
         if self.device.type != "cpu":
             return 1
-        hidden = getattr(self.cfg.model, "hidden", 0)
-        return groups_for(self.cfg.train.row_groups, batch.src.size(0), torch.get_num_threads(), hidden,
+        return groups_for(self.train.row_groups, batch.src.size(0), torch.get_num_threads(), self.hidden,
                           self.row_workers)
 
     def start_row_processes(self) -> RowProcesses | None:
@@ -133,9 +132,8 @@ class Updater:
                 and self.dist.world == 1:
             # as many as the largest batch can use (train.batch_size bounds its rows, sentences
             # or tokens), not one per thread of a many-core machine
-            t, threads = self.cfg.train, torch.get_num_threads()
-            hidden = getattr(self.cfg.model, "hidden", 0)
-            parts = groups_for(t.row_groups, t.batch_size * t.accumulate, threads, hidden, "processes")
+            t, threads = self.train, torch.get_num_threads()
+            parts = groups_for(t.row_groups, t.batch_size * t.accumulate, threads, self.hidden, "processes")
             if parts > 1:
                 self.row_processes = RowProcesses(self.model, parts - 1)
         return self.row_processes

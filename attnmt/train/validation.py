@@ -25,6 +25,8 @@ from attnmt.data.batching import iterate_batches, make_batches
 from attnmt.decode.translate import Translation, Translator
 from attnmt.models.common import token_loss
 
+EXAMPLES = 3  # dev sentences whose attention TensorBoard draws at each validation
+
 HIGHER_IS_BETTER = {"ppl": False, "bleu": True, "chrf": True}
 # sacrebleu's default metrics, as attnmt score reports them (eval/scoring.py; train may not import eval)
 SACREBLEU = {"bleu": sacrebleu.BLEU, "chrf": sacrebleu.CHRF}
@@ -80,6 +82,24 @@ def perplexity(model, src, tgt, device, batch_tokens: int = 4000, autocast=nullc
         tokens += batch.target_tokens
     model.train()
     return {"loss": total / max(tokens, 1), "ppl": math.exp(min(total / max(tokens, 1), 50)), "tokens": tokens}
+
+
+def evaluate_dev(model: torch.nn.Module, cfg: Config, data, device: torch.device, autocast=nullcontext,
+                 tensorboard=None, step: int = 0) -> dict:
+    """ppl by teacher forcing (a model's own ``evaluate``: the classifier), the dev BLEU/chrF of
+    train.valid_metric, and TensorBoard's attention pictures, of the weights in the model.
+    ``data``: the trainer's (train/data.TaskData)."""
+    evaluate = getattr(type(model), "evaluate", None) or perplexity
+    result = evaluate(model, data.dev_src, data.dev_tgt, device, autocast=autocast)
+    if cfg.train.valid_metric != "ppl":
+        # searched in float32, as translate does: the score is the one users will see
+        result.update(dev_score(model, cfg, data.src_tok, data.tgt_tok, device,
+                                           data.dev_src_text, data.dev_tgt_text))
+    if tensorboard is not None and data.dev_src_text:
+        examples = translate_lines(model, cfg, data.src_tok, data.tgt_tok, device,
+                                   data.dev_src_text[:EXAMPLES], beam=1, with_attention=True)
+        tensorboard.attention(step, examples)
+    return result
 
 
 def console_line(step: int, epoch: int, result: dict, tracker: Tracker, patience: int, best_step: int) -> str:
