@@ -35,9 +35,26 @@ COMMANDS = [
 ]
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, except where there is none to show (None, an
+    off switch) or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
+                or "default" in text.lower() or isinstance(action, argparse._VersionAction)):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors (a bad flag value, a missing option) as the one line every
-    other error is, ``attnmt: error: ...``, exit status 2; ``--help`` shows the usage."""
+    other error is, ``attnmt: error: ...``, exit status 2; ``--help`` shows the usage and every
+    option's default (the sub-commands' parsers are of this class too)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         command = self.prog.removeprefix("attnmt").strip()
@@ -46,9 +63,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from attnmt import __version__
+
     parser = _Parser(
         prog="attnmt", description="Attention-based neural text generation toolkit."
     )
+    parser.add_argument("--version", action="version", version=f"attnmt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -85,6 +105,10 @@ def _exit_now(status: int) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "progress", False):  # a long job: a progress bar where stderr is a terminal
+        from attnmt.progress import show_progress
+
+        show_progress(True)
     try:
         status = args.func(args)
     except UserError as err:
