@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnmt.decode.options import SearchOptions
 from attnmt.errors import UserError
+
+SEARCH = SearchOptions()  # the defaults of every door (attnmt/decode/options.py); flags change them
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,19 +27,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a run trained with train.ema: its raw weights, not the EMA ones (the default)")
     p.add_argument("--input", "-i", help="source text, one sentence per line (default: stdin)")
     p.add_argument("--output", "-o", help="translations (default: stdout)")
-    p.add_argument("--beam", type=int, default=5, help="beam size; 1 = greedy")
-    p.add_argument("--nbest", type=int, default=1, help="print N best as 'i ||| text ||| score'")
-    p.add_argument("--length-penalty", type=float, default=1.0, help="score / length^alpha")
-    p.add_argument("--max-len-ratio", type=float, default=2.0, help="output length limit per source token")
-    p.add_argument("--max-len-cap", type=int, default=512,
-                   help="hard limit on output pieces per line (raise it to translate whole documents)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--stop", default="best", choices=["best", "complete"],
+    p.add_argument("--beam", type=int, help=f"beam size; 1 = greedy (default: {SEARCH.beam})")
+    p.add_argument("--nbest", type=int, help="print the N best of each line as 'LINE ||| TEXT ||| SCORE', "
+                   "LINE 1-based; the first of each line is what --nbest 1 prints (default: 1)")
+    p.add_argument("--length-penalty", type=float,
+                   help=f"rank by log p / length^alpha (default: {SEARCH.length_penalty})")
+    p.add_argument("--max-len-ratio", type=float,
+                   help=f"output length limit per source token (default: {SEARCH.max_len_ratio})")
+    p.add_argument("--max-len-cap", type=int, help="hard limit on output pieces per line (raise it to "
+                   f"translate whole documents; default: {SEARCH.max_len_cap})")
+    p.add_argument("--batch-size", type=int, help="sentences searched together, longest first "
+                   f"(memory and speed; the output does not change; default: {SEARCH.batch_size})")
+    p.add_argument("--stop", choices=["best", "complete"],
                    help="beam: a sentence is done when its best extension ends (best, as OpenNMT-py) "
-                   "or when it has --beam finished hypotheses (complete)")
-    p.add_argument("--workers", type=int, default=0,
+                   f"or when it has --beam finished hypotheses (complete) (default: {SEARCH.stop})")
+    p.add_argument("--workers", type=int,
                    help="batches searched at once, each by its own process on one CPU thread "
-                   "(0: one per torch thread on CPU)")
+                   "(default 0: one per torch thread on CPU)")
     p.add_argument("--int8", action="store_true",
                    help="CPU search: the output layer (a Transformer: every map) "
                    "as 8-bit products (faster; scores move slightly, see docs/results/race.md)")
@@ -58,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="with --sample: random seed (same seed, input and "
                    "--batch-size: same outputs)")
     p.add_argument("--alignments", help="write Pharaoh word alignments (i-j) of each output here")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     p.add_argument("--ensemble-mode", default="logprob", choices=["logprob", "prob"],
                    help="with several --model: average log-probabilities or probabilities")
     p.add_argument("--replace-unk", action="store_true",
@@ -70,26 +77,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ngram", help="NgramRes: this n-gram model (built with --vocab-from the run) "
                    "replaces the run's; the neural weights stay as they are")
     p.add_argument("--alpha", type=float, help="NgramRes: fixed weight of the n-gram log-probabilities")
-    p.set_defaults(func=run, quick_exit=True)  # cli/main.py: no teardown after the output is written
+    p.set_defaults(func=run, quick_exit=True, progress=True)  # cli/main.py: no teardown after the output is written
 
 
-def search_options(args: argparse.Namespace):
-    """The command's search settings as one SearchOptions, validated (errors name the flag)."""
-    from attnmt.decode.options import SearchOptions, cli_flag
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    """The command's search settings: ``SearchOptions()`` (the API's and the server's defaults
+    too) changed by the flags given, validated (errors name the flag)."""
+    from attnmt.decode.options import cli_flag
     from attnmt.decode.translate import check_precision_flags
 
     check_precision_flags(args.bf16, args.float32)
-    for flag in ("temperature", "seed"):
-        if getattr(args, flag) is not None and args.sample is None:  # else silently unused
-            raise UserError(f"--{flag} needs --sample")
-    precision = "bf16" if args.bf16 else "float32" if args.float32 else "auto"
-    return SearchOptions(
-        beam=args.beam, nbest=args.nbest, length_penalty=args.length_penalty,
-        max_len_ratio=args.max_len_ratio, max_len_cap=args.max_len_cap, stop=args.stop,
-        batch_size=args.batch_size, workers=args.workers, with_attention=bool(args.alignments),
-        precision=precision, int8=args.int8, sample=args.sample,
-        temperature=1.0 if args.temperature is None else args.temperature, seed=args.seed,
-    ).validate(cli_flag)
+    given = {name: getattr(args, name) for name in (
+        "beam", "nbest", "length_penalty", "max_len_ratio", "max_len_cap", "stop", "batch_size",
+        "workers", "sample", "temperature", "seed") if getattr(args, name) is not None}
+    if args.bf16 or args.float32:
+        given["precision"] = "bf16" if args.bf16 else "float32"
+    return SEARCH.with_(cli_flag, with_attention=bool(args.alignments), int8=args.int8, **given)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if ema:
         print(f"attnmt: using the EMA weights ({EMA_FILE}) of {', '.join(ema)}; --raw-weights for "
               "the raw ones", file=sys.stderr)
-    translator.prepare(options)  # --int8 / precision errors before the input is read
+    for note in filter(None, (run.raw_weights_note() for run in translator.runs)):
+        print(f"attnmt: warning: {note}", file=sys.stderr)
+    precision = translator.prepare(options)  # --int8 / precision errors before the input is read
     translator.fork_workers = True  # a command of its own: its batches may go to forked processes
     from attnmt.kernels.dispatch import search_notes
 
@@ -135,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     warning = truncation_warning(translator.runs, lines)
     if warning:
         print(f"attnmt: warning: {warning}", file=sys.stderr)
+    if not lines:  # an empty shard of a pipeline is no error: say so, write an empty output
+        print(f"attnmt: warning: {name} is empty: nothing to translate", file=sys.stderr)
     try:
         results = translator.translate(lines, options, prefixes=prefixes, constraints=constraints,
                                        prefix_source=args.prefix or "--prefix",
@@ -142,14 +149,18 @@ def run(args: argparse.Namespace) -> int:
     except OutputCut as cut:  # named as the user named it: the input file and the flag
         raise UserError(f"the translation of line {cut.line} was cut at --max-len-cap {cut.cap} "
                         "pieces; raise --max-len-cap or split the line", name) from None
+    # said once it worked (an error stays the one line on stderr)
+    print(f"attnmt: search precision {precision}{_precision_reason(options, precision)}", file=sys.stderr)
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli
 
         results = replace_unks_cli(translator, lines, results, args.dict, args.unk_timing or "predicted")
+    from attnmt.eval.nbest import format_entry
+
     out_lines = []
     for i, hyps in enumerate(results):  # a blank line has no hypotheses: an empty output line
-        if args.nbest > 1:
-            out_lines.extend(f"{i} ||| {h.text} ||| {h.score:.4f}" for h in hyps)
+        if options.nbest > 1:  # LINE 1-based, as every line number attnmt prints
+            out_lines.extend(format_entry(i + 1, h.text, h.score) for h in hyps)
         else:
             out_lines.append(hyps[0].text if hyps else "")
     with output_group():  # -o and --alignments: both files or, on a failure, neither
@@ -161,6 +172,14 @@ def run(args: argparse.Namespace) -> int:
         if args.alignments:
             write_lines(args.alignments, [hyps[0].pharaoh() if hyps else "" for hyps in results])
     return 0
+
+
+def _precision_reason(options: SearchOptions, precision: str) -> str:
+    if options.precision != "auto":
+        return f" (--{options.precision})"
+    if precision == "bf16":
+        return " (the default on this CPU's bfloat16 units; --float32 for float32)"
+    return ""
 
 
 def _ctranslate2(args: argparse.Namespace) -> int:
