@@ -17,9 +17,14 @@ from contextvars import ContextVar
 _SHOW: ContextVar[bool] = ContextVar("attnmt_progress", default=False)
 
 
-def show_progress(on: bool = True) -> None:
-    """Whether this command's long loops draw a bar (still only where stderr is a terminal)."""
-    _SHOW.set(on)
+@contextmanager
+def show_progress(on: bool = True) -> Iterator[None]:
+    """Within it, long loops draw a bar (still only where stderr is a terminal): a command's run."""
+    token = _SHOW.set(on)
+    try:
+        yield
+    finally:
+        _SHOW.reset(token)
 
 
 def shown() -> bool:
@@ -53,7 +58,7 @@ def progress(total: int, desc: str, unit: str = "line") -> Iterator[Bar]:
     from tqdm import tqdm
 
     bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True,
-               mininterval=0.5, unit_scale=True)
+               mininterval=0.5)
     try:
         yield Bar(bar)
     finally:

@@ -105,12 +105,12 @@ def _exit_now(status: int) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if getattr(args, "progress", False):  # a long job: a progress bar where stderr is a terminal
-        from attnmt.progress import show_progress
+    from attnmt.progress import show_progress
 
-        show_progress(True)
     try:
-        status = args.func(args)
+        # a command that may run long (translate, score, ...): progress bars where stderr is a terminal
+        with show_progress(getattr(args, "progress", False)):
+            status = args.func(args)
     except UserError as err:
         print(f"attnmt: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line, always
         return 2

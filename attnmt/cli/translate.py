@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len-cap", type=int, help="hard limit on output pieces per line (raise it to "
                    f"translate whole documents; default: {SEARCH.max_len_cap})")
     p.add_argument("--batch-size", type=int, help="sentences searched together, longest first "
-                   f"(memory and speed; the output does not change; default: {SEARCH.batch_size})")
+                   f"(memory and speed; with --sample also the draws) (default: {SEARCH.batch_size})")
     p.add_argument("--stop", choices=["best", "complete"],
                    help="beam: a sentence is done when its best extension ends (best, as OpenNMT-py) "
                    f"or when it has --beam finished hypotheses (complete) (default: {SEARCH.stop})")
