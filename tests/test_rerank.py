@@ -72,7 +72,8 @@ def test_tuning_finds_the_ngram_weight_that_recovers_the_references(tmp_path, ca
     assert main(argv) == 0
     err = capsys.readouterr().err
     tuned = json.loads(weights.read_text())
-    assert tuned["features"] == ["score", "length", f"ngram={lm}"]
+    assert tuned["features"] == ["score", "length", "ngram=lm.ngram"]  # beside the weights file
+    assert tuned["paths"] == "relative to this file"
     assert tuned["weights"]["ngram"] > 0
     assert tuned["dev_bleu"]["reranked"] > tuned["dev_bleu"]["first"] + 20
     assert "(1-best) ->" in err
@@ -83,6 +84,30 @@ def test_tuning_finds_the_ngram_weight_that_recovers_the_references(tmp_path, ca
     first = [g[0].text for g in read_nbest(dev_nbest)]
     assert sacrebleu.corpus_bleu(first, [refs]).score == pytest.approx(tuned["dev_bleu"]["first"], abs=0.01)
     assert main(argv) == 0 and json.loads(weights.read_text()) == tuned  # deterministic
+
+
+def test_weights_work_from_another_directory(tmp_path, monkeypatch, capsys):
+    """Tuned in one folder with paths relative to it, applied from another: the weights file
+    names its n-gram relative to itself (issue 58 item 9)."""
+    from attnmt.ngram.model import NgramLM
+
+    refs, nbest = _case(20, seed=5)
+    for folder in ("work", "models", "out", "elsewhere"):
+        (tmp_path / folder).mkdir()
+    _write(tmp_path / "work" / "dev.ref", refs)
+    _write(tmp_path / "work" / "dev.nbest", nbest)
+    NgramLM.estimate_text(tmp_path / "work" / "dev.ref", order=3).save(tmp_path / "models" / "lm.ngram")
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["rerank", "--tune", "--nbest", "dev.nbest", "--ref", "dev.ref", "--features", "score",
+                 "ngram=../models/lm.ngram", "--weights-out", "../out/w.json", "-o", "tuned.txt"]) == 0
+    assert json.loads((tmp_path / "out" / "w.json").read_text())["features"][1] == "ngram=../models/lm.ngram"
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["rerank", "--nbest", "../work/dev.nbest", "--weights", "../out/w.json", "-o", "again.txt"]) == 0
+    assert (tmp_path / "elsewhere" / "again.txt").read_text() == (tmp_path / "work" / "tuned.txt").read_text()
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "out").rename(tmp_path / "deep" / "out")  # the weights file alone moved: its path is wrong
+    assert main(["rerank", "--nbest", "../work/dev.nbest", "--weights", "../deep/out/w.json"]) == 2
+    assert "lm.ngram" in capsys.readouterr().err
 
 
 def test_dev_bleu_statistics_equal_sacrebleu_corpus_bleu():
