@@ -21,7 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, action="append",
                    help="training run directory (--engine ctranslate2: a directory attnmt export wrote)")
     p.add_argument("--engine", default="attnmt", choices=["attnmt", "ctranslate2"],
-                   help="search in attnmt, or in CTranslate2 on an exported model (threads: OMP_NUM_THREADS)")
+                   help="search in attnmt, or in CTranslate2 on a model attnmt export wrote (on a CPU: "
+                   "one single-threaded replica per core, batches of 16; attnmt/export/ct2_translate.py)")
+    p.add_argument("--inter-threads", type=int, metavar="N", help="--engine ctranslate2: translator "
+                   "replicas searching batches side by side (default: one per core on a CPU)")
+    p.add_argument("--intra-threads", type=int, metavar="N", help="--engine ctranslate2: threads of "
+                   "each replica (default: 1 on a CPU)")
     p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
     p.add_argument("--raw-weights", action="store_true",
                    help="a run trained with train.ema: its raw weights, not the EMA ones (the default)")
@@ -83,8 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def search_options(args: argparse.Namespace) -> SearchOptions:
     """The command's search settings: ``SearchOptions()`` (the API's and the server's defaults
     too) changed by the flags given, validated (errors name the flag)."""
-    from attnmt.decode.options import cli_flag
-    from attnmt.decode.translate import check_precision_flags
+    from attnmt.decode.options import check_precision_flags, cli_flag
 
     check_precision_flags(args.bf16, args.float32)
     given = {name: getattr(args, name) for name in (
@@ -96,13 +100,8 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnmt.data.corpus import check_input, check_output, output_group, read_lines, read_stream
-    from attnmt.data.corpus import write_lines
-    from attnmt.decode.ensemble import load_translator
-    from attnmt.decode.guides import read_constraints, read_prefixes
-    from attnmt.decode.translate import OutputCut
-    from attnmt.runs.checkpoint import EMA_FILE, run_files
-    from attnmt.runs.loader import truncation_warning
+    # what --engine ctranslate2 runs imports no PyTorch (a second or two of start-up)
+    from attnmt.data.corpus import check_input
 
     options = search_options(args)
     if (args.dict or args.unk_timing) and not args.replace_unk:  # else silently unused
@@ -112,7 +111,18 @@ def run(args: argparse.Namespace) -> int:
         if path:
             check_input(path)
     if args.engine == "ctranslate2":
-        return _ctranslate2(args)
+        return _ctranslate2(args, options)
+    for flag in ("inter_threads", "intra_threads"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"--{flag.replace('_', '-')} is for --engine ctranslate2 (attnmt's own "
+                            "search: --workers)")
+    from attnmt.data.corpus import check_output, output_group, read_lines, read_stream, write_lines
+    from attnmt.decode.ensemble import load_translator
+    from attnmt.decode.guides import read_constraints, read_prefixes
+    from attnmt.decode.translate import OutputCut
+    from attnmt.runs.checkpoint import EMA_FILE, run_files
+    from attnmt.runs.loader import truncation_warning
+
     read = [args.input, args.dict, args.ngram, args.prefix, args.constraints,
             *(f for m in args.model for f in run_files(m))]
     if args.output:
@@ -182,28 +192,45 @@ def _precision_reason(options: SearchOptions, precision: str) -> str:
     return ""
 
 
-def _ctranslate2(args: argparse.Namespace) -> int:
-    """--engine ctranslate2: the exported directory's tokenizers and CTranslate2's search."""
+def _ctranslate2(args: argparse.Namespace, options: SearchOptions) -> int:
+    """--engine ctranslate2: the exported directory's tokenizers and CTranslate2's search, laid
+    out for the machine (export/ct2_translate.py), --prefix and --nbest by CTranslate2's own
+    target_prefix and num_hypotheses."""
     from attnmt.data.corpus import check_output, read_lines, read_stream, write_lines
-    from attnmt.export.ctranslate2 import translate
+    from attnmt.decode.guides import read_prefixes
+    from attnmt.eval.nbest import format_entry
+    from attnmt.export.ct2_translate import engine_device, layout, translate
 
-    unused = {"--nbest": args.nbest > 1, "--alignments": args.alignments, "--int8": args.int8,
+    unused = {"--alignments": args.alignments, "--int8": args.int8,
               "--bf16": args.bf16, "--float32": args.float32, "--replace-unk": args.replace_unk,
-              "--ngram": args.ngram, "--alpha": args.alpha is not None, "--stop": args.stop != "best",
-              "--workers": args.workers, "--checkpoint": args.checkpoint != "best",
+              "--ngram": args.ngram, "--alpha": args.alpha is not None, "--stop": args.stop is not None,
+              "--workers (CTranslate2's replicas: --inter-threads)": args.workers is not None,
+              "--checkpoint": args.checkpoint != "best", "--raw-weights": args.raw_weights,
               "--ensemble-mode": args.ensemble_mode != "logprob", "a second --model": len(args.model) > 1,
-              "--prefix": args.prefix, "--constraints": args.constraints, "--sample": args.sample}
+              "--constraints": args.constraints, "--sample": args.sample}
     named = [flag for flag, given in unused.items() if given]
     if named:
-        raise UserError(f"--engine ctranslate2 does not take {', '.join(named)} (quantize with attnmt export "
-                        "--quantization)")
+        precision = any(flag in named for flag in ("--int8", "--bf16", "--float32"))
+        raise UserError(f"--engine ctranslate2 does not take {', '.join(named)}: attnmt's own search only"
+                        + (" (quantize at export: attnmt export --quantization)" if precision else ""))
+    device = args.device
+    parts = layout(engine_device(device), inter_threads=args.inter_threads,
+                   intra_threads=args.intra_threads, max_batch_size=args.batch_size)
     if args.output:
-        check_output(args.output, [args.input, args.model[0]], "--output")
-    lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, "<stdin>")
-    device = "auto" if args.device == "auto" else args.device
-    out = translate(args.model[0], lines, beam=args.beam, batch_size=args.batch_size,
-                    length_penalty=args.length_penalty, max_len_ratio=args.max_len_ratio,
-                    max_len_cap=args.max_len_cap, device=device)
+        check_output(args.output, [args.input, args.model[0], args.prefix], "--output")
+    name = args.input or "<stdin>"
+    lines = read_lines(args.input) if args.input else read_stream(sys.stdin.buffer, name)
+    if not lines:
+        print(f"attnmt: warning: {name} is empty: nothing to translate", file=sys.stderr)
+    prefixes = read_prefixes(args.prefix, len(lines)) if args.prefix else None
+    results = translate(args.model[0], lines, beam=options.beam, nbest=options.nbest,
+                        length_penalty=options.length_penalty, max_len_ratio=options.max_len_ratio,
+                        max_len_cap=options.max_len_cap, device=device, prefixes=prefixes, parts=parts)
+    print(f"attnmt: CTranslate2 on {engine_device(device)}: {parts.describe()}", file=sys.stderr)
+    if options.nbest > 1:  # as attnmt's engine writes them: LINE 1-based
+        out = [format_entry(i + 1, h.text, h.score) for i, hyps in enumerate(results) for h in hyps]
+    else:
+        out = [hyps[0].text if hyps else "" for hyps in results]
     if args.output:
         write_lines(args.output, out)
     else:

@@ -180,6 +180,12 @@ class SearchOptions:
         return new
 
 
+def check_precision_flags(bf16: bool, float32: bool) -> None:
+    """``--bf16`` with ``--float32`` is a UserError (checked before a model loads)."""
+    if bf16 and float32:
+        raise UserError("--bf16 and --float32 exclude each other")
+
+
 def cli_flag(name: str) -> str:
     """A SearchOptions field as ``attnmt translate`` spells it (``max_len_ratio`` → ``--max-len-ratio``)."""
     return "--" + name.replace("_", "-")

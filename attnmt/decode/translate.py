@@ -19,7 +19,7 @@ from attnmt.data.vocab import Tokenizer, map_pieces_to_words
 from attnmt.decode.constraints import constrained_beam_search
 from attnmt.decode.force import word_attention
 from attnmt.decode.guides import Guides, encode_guides
-from attnmt.decode.options import SearchOptions
+from attnmt.decode.options import SearchOptions, check_precision_flags
 from attnmt.decode.prefix import ForcedPrefix
 from attnmt.decode.processes import fork_applies, fork_map
 from attnmt.decode.sampling import Sampler, chunk_generator, sample
@@ -143,12 +143,6 @@ def use_bf16_products(runs: list[Run]) -> None:
                             "this one would emulate them, slower than float32")
         for switch in switches:
             switch.bf16_search = True
-
-
-def check_precision_flags(bf16: bool, float32: bool) -> None:
-    """``--bf16`` with ``--float32`` is a UserError (checked before a model loads)."""
-    if bf16 and float32:
-        raise UserError("--bf16 and --float32 exclude each other")
 
 
 def set_search_precision(runs: list[Run], bf16: bool = False, float32: bool = False) -> str:
