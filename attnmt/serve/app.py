@@ -206,6 +206,8 @@ class ModelInfo(BaseModel):
     src: str
     tgt: str
     tokenizer: str
+    type: str = Field(description="model family: lstm or transformer")
+    description: str = Field(description="the architecture in words, as the web page shows it")
     layers: int
     hidden: int
     attention: str
@@ -213,6 +215,27 @@ class ModelInfo(BaseModel):
     has_attention: bool
     device: str
     precision: str = Field(description="of the search products: bf16 or float32")
+    max_beam: int = Field(description="the largest beam (and n-best) a request may ask for")
+
+
+def describe_model(cfg) -> str:
+    """A run's architecture in a line: "Transformer, 2 layers, d 64, 4 heads, feed-forward 256,
+    pre-norm, sinusoidal positions" or "LSTM, 2 × 64, global attention (general), input feeding"."""
+    m = cfg.model
+    if m.type == "transformer":
+        text = (f"Transformer, {m.layers} layer{'s' if m.layers != 1 else ''}, d {m.hidden}, {m.heads} heads, "
+                f"feed-forward {m.ff}, {m.norm}-norm, {m.positions} positions")
+        kinds = {"encoder self": m.enc_self_attention, "decoder self": m.dec_self_attention,
+                 "cross": m.cross_attention}
+        variants = [f"{kind}-attention {v}" for kind, v in kinds.items() if v != "standard"]
+        return text + "".join(f", {v}" for v in variants)
+    text = f"LSTM, {m.layers} × {m.hidden}{', bidirectional encoder' if m.bidirectional else ''}"
+    if m.attention == "none":
+        return text + ", no attention"
+    text += f", {m.attention} attention ({m.score})"
+    if m.attention.startswith("local"):
+        text += f", window {m.window}"
+    return text + (", input feeding" if m.input_feed else "")
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -455,6 +478,8 @@ def create_app(
                     src=cfg.data.src,
                     tgt=cfg.data.tgt,
                     tokenizer=cfg.data.tokenizer,
+                    type=cfg.model.type,
+                    description=describe_model(cfg),
                     layers=cfg.model.layers,
                     hidden=cfg.model.hidden,
                     # an LSTM's attention and score; a Transformer's cross-attention variant
@@ -463,6 +488,7 @@ def create_app(
                     has_attention=bool(getattr(m.translator.model, "has_attention", False)),
                     device=str(m.translator.device),
                     precision=m.precision,
+                    max_beam=limits.max_beam,
                 )
             )
         return infos
