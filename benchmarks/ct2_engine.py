@@ -5,8 +5,8 @@ item 8: the command should be within 5 % of the direct call).
     python benchmarks/ct2_engine.py [--export DIR --input FILE] [--rounds 3] [--beam 5]
         [--hidden 256 --layers 3 --train-seconds 40 --lines 1000]
 
-``--export``: a directory ``attnmt export --format ctranslate2`` wrote, and ``--input`` a source
-file. Without them the script makes its own in a temporary folder (not timed): a Transformer
+``--export``: a CTranslate2 directory, as ``attnmt export --format ctranslate2`` writes one.
+``--input``: a source file. Without them the script makes its own in a temporary folder (not timed): a Transformer
 (``--layers``, ``--hidden``, 4 heads, feed-forward 4 × hidden) trained for ``--train-seconds`` on a
 synthetic reversal task (10 words, sentences of 3-25), exported with ``--quantization int8``,
 and ``--lines`` source lines.
