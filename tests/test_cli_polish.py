@@ -9,6 +9,7 @@ import argparse
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,12 @@ def test_progress_bars_only_on_a_terminal(tiny_run, source, monkeypatch, capsys)
     assert "translate: " in shown and "/2 [" in shown and "line" in shown
     assert main(["score", "--model", str(tiny_run), "--src", source, "--ref", source, "--per-sentence"]) == 0
     assert "score: " in sys.stderr.getvalue()
+    from attnmt.ngram.model import NgramLM
+
+    lm = Path(source).with_suffix(".ngram")
+    NgramLM.estimate_text(source, order=2).save(lm)
+    assert main(["ngram", "ppl", "--model", str(lm), "--input", source]) == 0
+    assert "ngram: " in sys.stderr.getvalue()
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # a pipe or a log file: no bar
     assert main(["translate", "--model", str(tiny_run), "-i", source, "--device", "cpu"]) == 0
     assert "translate: " not in sys.stderr.getvalue()
