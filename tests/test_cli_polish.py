@@ -102,6 +102,7 @@ def test_flags_that_would_do_nothing_are_named(tiny_run, source, capsys):
 
     assert "--beam 5 has no effect with --sample" in fails("--sample", "topk=3", "--beam", "5")
     assert "--temperature needs --sample" in fails("--temperature", "0.5")
+    assert "--length-penalty has no effect with --sample" in fails("--sample", "topk=3", "--length-penalty", "0.5")
     assert main(["translate", "--model", str(tiny_run), "-i", source, "--device", "cpu",
                  "--sample", "topk=3", "--seed", "1"]) == 0  # the default beam is not the user's
     assert main(["translate", "--model", str(tiny_run), "-i", source, "--device", "cpu",

@@ -161,8 +161,9 @@ class SearchOptions:
 
     def with_(self, spell: Callable[[str], str] = lambda name: name, **changes) -> SearchOptions:
         """A copy with ``changes`` (field names; a misspelt one is a UserError), validated. A
-        change that would do nothing is refused too, naming it (``spell``): ``beam`` > 1 with
-        ``sample`` (a sample draws one token a step), ``temperature`` or ``seed`` without it."""
+        change that would do nothing is refused too, naming it (``spell``): ``beam`` > 1,
+        ``length_penalty`` or ``stop`` with ``sample`` (a sample draws one token a step and is one
+        hypothesis), ``temperature`` or ``seed`` without it."""
         names = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
@@ -172,6 +173,11 @@ class SearchOptions:
         if new.sample is not None and changes.get("beam", 1) > 1:
             raise UserError(f"{spell('beam')} {changes['beam']} has no effect with {spell('sample')}: "
                             f"sampling draws one token a step, not a beam; leave {spell('beam')} out")
+        if new.sample is not None:
+            for name in ("length_penalty", "stop"):  # they rank and end a beam's hypotheses
+                if name in changes:
+                    raise UserError(f"{spell(name)} has no effect with {spell('sample')} (it ranks a "
+                                    "beam's hypotheses; a sample is one)")
         if new.sample is None:
             for name in ("temperature", "seed"):
                 if changes.get(name) is not None:
