@@ -88,6 +88,8 @@ class Model:
         "word_ppl"} (None scores, 0 counts for a skipped text); their logprobs sum to the total's."""
         self._need("translate", "lm")
         texts, sources = _lines(texts, "texts"), _lines(sources, "sources")
+        if self._translator is not None:  # a search's bfloat16 or int8 products are not a score's
+            self._translator.prepare(SearchOptions(precision="float32"))
         if self.task == "translate" and (sources is None or len(sources) != len(texts)):
             raise UserError("a translation run scores texts given their sources: one source per text")
         if per_sentence:

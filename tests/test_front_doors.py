@@ -62,6 +62,19 @@ def test_cli_api_and_server_translate_alike_and_say_their_precision(tiny_run, tm
     assert body["precision"] == want
 
 
+def test_a_score_after_a_translation_is_the_float32_score(tmp_path, monkeypatch):
+    """The search's default bfloat16 products (a Transformer's maps) do not stay on for
+    ``score``: it gives what ``attnmt score`` (a fresh load) gives."""
+    monkeypatch.setattr(packed, "native_bf16", lambda: True)
+    run = make_run(tmp_path, "tf", ["model.type=transformer", "model.heads=2", "model.ff=32"])
+    texts, sources = ["el perro corre", "un gato vio el perro"], ["the dog runs", "a cat saw the dog"]
+    fresh = attnmt.load(run, device="cpu").score(texts, sources=sources)
+    model = attnmt.load(run, device="cpu")
+    assert model.translate(sources)[0].precision == "bf16"
+    assert model.score(texts, sources=sources) == fresh
+    assert model.translate(sources)[0].precision == "bf16"  # and the next search is bfloat16 again
+
+
 def test_the_defaults_are_one_object():
     from attnmt.cli.translate import SEARCH
     from attnmt.serve.app import TranslateRequest
