@@ -159,8 +159,6 @@ def run(args: argparse.Namespace) -> int:
     except OutputCut as cut:  # named as the user named it: the input file and the flag
         raise UserError(f"the translation of line {cut.line} was cut at --max-len-cap {cut.cap} "
                         "pieces; raise --max-len-cap or split the line", name) from None
-    # said once it worked (an error stays the one line on stderr)
-    print(f"attnmt: search precision {precision}{_precision_reason(options, precision)}", file=sys.stderr)
     if args.replace_unk:
         from attnmt.decode.unk_replace import replace_unks_cli
 
@@ -181,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         if args.alignments:
             write_lines(args.alignments, [hyps[0].pharaoh() if hyps else "" for hyps in results])
+    # said once it all worked (an error stays the one line on stderr)
+    print(f"attnmt: search precision {precision}{_precision_reason(options, precision)}", file=sys.stderr)
     return 0
 
 
@@ -226,7 +226,6 @@ def _ctranslate2(args: argparse.Namespace, options: SearchOptions) -> int:
     results = translate(args.model[0], lines, beam=options.beam, nbest=options.nbest,
                         length_penalty=options.length_penalty, max_len_ratio=options.max_len_ratio,
                         max_len_cap=options.max_len_cap, device=device, prefixes=prefixes, parts=parts)
-    print(f"attnmt: CTranslate2 on {engine_device(device)}: {parts.describe()}", file=sys.stderr)
     if options.nbest > 1:  # as attnmt's engine writes them: LINE 1-based
         out = [format_entry(i + 1, h.text, h.score) for i, hyps in enumerate(results) for h in hyps]
     else:
@@ -236,4 +235,5 @@ def _ctranslate2(args: argparse.Namespace, options: SearchOptions) -> int:
     else:
         sys.stdout.write("".join(x + "\n" for x in out))
         sys.stdout.flush()
+    print(f"attnmt: CTranslate2 on {engine_device(device)}: {parts.describe()}", file=sys.stderr)
     return 0
