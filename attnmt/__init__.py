@@ -9,8 +9,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 
-def load(run_dir, checkpoint: str = "best", device: str = "auto"):
-    """A trained run as an ``attnmt.api.Model`` (translate / score / classify)."""
+def load(run_dir, checkpoint: str = "best", device: str = "auto", raw_weights: bool = False):
+    """A trained run as an ``attnmt.api.Model`` (translate / score / classify); the arguments are
+    ``attnmt.api.load``'s (``raw_weights``: a train.ema run's raw weights, not its EMA ones)."""
     from attnmt.api import load as _load  # torch is imported on first use, not by `import attnmt`
 
-    return _load(run_dir, checkpoint, device)
+    return _load(run_dir, checkpoint, device, raw_weights=raw_weights)

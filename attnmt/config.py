@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import difflib
 import math
 import re
 import typing
@@ -219,6 +220,17 @@ class ModelConfig(abc.ABC):
 
 for _family in FAMILIES.values():
     ModelConfig.register(_family)
+
+
+# The model keys of a config.yaml saved before the families split (one ModelConfig, every key
+# written): such a section may name the other family's keys at their defaults. A section that
+# names a few keys is the user's, and a key of the other family there is an error, default or not.
+PRE_SPLIT_KEYS = frozenset({
+    "layers", "hidden", "embed", "bidirectional", "attention", "score", "input_feed", "dropout",
+    "max_src_len", "window", "sigma", "local_composition", "heads", "ff", "norm", "positions",
+    "max_positions", "share_embeddings", "tie_output", "enc_self_attention", "dec_self_attention",
+    "cross_attention", "attention_layers", "window_segment", "window_mask", "window_renorm",
+    "window_temperature", "window_pointers", "window_preset", "relative_clip"})
 
 
 def family_of_key(key: str) -> str | None:
@@ -429,9 +441,29 @@ def _coerce(value: Any, typ: Any, where: str, path: str | None, line: int | None
             raise UserError(f"{where}: a number beyond float's range", path, line) from None
     if typ is str and (isinstance(value, str) or number):
         return str(value)
-    quoted = " (quoted: a string)" if isinstance(value, str) and typ in (int, float, bool) else ""
+    quoted = " (quoted: a string)" if typ in (int, float, bool) and _quoted_scalar(value) else ""
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
     raise UserError(f"{where}: expected {typ.__name__}, got {shown}{quoted}", path, line)
+
+
+def _quoted_scalar(value: Any) -> bool:
+    """Whether ``value`` is text that YAML would read as a number or a bool without quotes: only
+    quotes make "10" a string (``abc`` is a string with or without them)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        plain = load_yaml(value)
+    except (yaml.YAMLError, UserError):
+        return False
+    return isinstance(plain, (int, float, bool))
+
+
+def unknown_key(name: str, known: list[str]) -> str:
+    """"unknown key NAME (did you mean X?; known: ...)": the closest known key by spelling."""
+    section, _, key = name.rpartition(".")
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {section + '.' if section else ''}{close[0]}?; " if close else ""
+    return f"unknown key {name} ({hint}known: {', '.join(known)})"
 
 
 def apply_preset(cfg: Config, explicit: set[str], path: str | None = None,
@@ -474,9 +506,10 @@ def _model_section(body: dict, path: str | None, lines: dict[tuple[str, ...], in
         owner = family_of_key(key)
         if owner is None:
             hint = f" ({plugins.HINT})" if isinstance(value, dict) else ""
-            raise UserError(f"unknown key model.{key} (known: {', '.join(hints)}){hint}", path, where)
+            raise UserError(unknown_key(f"model.{key}", list(hints)) + hint, path, where)
         other = FAMILIES[owner]
-        if _coerce(value, typing.get_type_hints(other)[key], f"model.{key}", path, where) != getattr(other(), key):
+        at_default = _coerce(value, typing.get_type_hints(other)[key], f"model.{key}", path, where) == getattr(other(), key)
+        if not (at_default and PRE_SPLIT_KEYS <= set(body)):
             raise UserError(f"model.{key} applies to model.type {owner}, not {kind}", path, where)
     return model
 
@@ -548,8 +581,10 @@ def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[s
             cfg.task = body
             continue
         if name not in sections:
+            close = difflib.get_close_matches(name, [*sections, "task"], n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?; " if close else ""
             raise UserError(
-                f"unknown section {name!r} (expected {', '.join(sections)})", path, lines.get((name,))
+                f"unknown section {name!r} ({hint}expected {', '.join(sections)})", path, lines.get((name,))
             )
         if body is None:
             continue
@@ -562,10 +597,7 @@ def from_dict(raw: Any, path: str | None = None, text: str = "", explicit: set[s
         hints = typing.get_type_hints(type(section))
         for key, value in body.items():
             if key not in hints:
-                known = ", ".join(hints)
-                raise UserError(
-                    f"unknown key {name}.{key} (known: {known})", path, lines.get((name, key))
-                )
+                raise UserError(unknown_key(f"{name}.{key}", list(hints)), path, lines.get((name, key)))
             typed = _coerce(value, hints[key], f"{name}.{key}", path, lines.get((name, key)))
             setattr(section, key, typed)
     if explicit is None:

@@ -55,6 +55,31 @@ def test_hostile_set_value(item, words, tmp_path, tiny_corpus):
                  ("--set", *words), timeout=20)
 
 
+def test_text_for_a_number_says_quoted_only_when_it_was(tmp_path, tiny_corpus, capsys):
+    from attnmt.cli.main import main
+
+    out = str(tmp_path / "run")
+    assert main(["train", str(tiny_corpus.config), "--out", out, "--set", "train.lr=abc"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "attnmt: error: --set: train.lr: expected float, got 'abc'"
+    assert main(["train", str(tiny_corpus.config), "--out", out, "--set", "train.lr='0.5'"]) == 2
+    assert "expected float, got '0.5' (quoted: a string)" in capsys.readouterr().err
+
+
+def test_a_mistyped_key_gets_a_did_you_mean(tmp_path, tiny_corpus, capsys):
+    from attnmt.cli.main import main
+
+    out = str(tmp_path / "run")
+    assert main(["train", str(tiny_corpus.config), "--out", out, "--set", "train.learning_rat=0.1"]) == 2
+    assert "unknown key train.learning_rat (known:" in capsys.readouterr().err  # nothing close
+    assert main(["train", str(tiny_corpus.config), "--out", out, "--set", "train.max_step=10"]) == 2
+    assert "unknown key train.max_step (did you mean train.max_steps?; known:" in capsys.readouterr().err
+    path = tmp_path / "c.yaml"
+    path.write_text("modle:\n  layers: 1\n", encoding="utf-8")
+    assert main(["train", str(path), "--out", out]) == 2
+    assert f"{path}:1: unknown section 'modle' (did you mean 'model'?;" in capsys.readouterr().err
+
+
 def test_numbers_stay_numbers(tmp_path, tiny_corpus):
     """--set train.max_steps=10 is a number (only a quoted file value is text); a plain 1e-3 in a
     file is a float (PyYAML's YAML 1.1 would read the string '1e-3'); strings stay strings."""

@@ -25,9 +25,14 @@ from attnmt.serve.app import Limits, create_app, load_models
 
 
 @pytest.fixture(scope="module")
-def server_url(tiny_run):
+def server_url(tiny_run, tmp_path_factory):
+    from analysis_fixtures import make_run
+
+    transformer = make_run(tmp_path_factory.mktemp("tf"), "tf", ["model.type=transformer", "model.heads=2",
+                                                                 "model.ff=32", "model.layers=2"])
     # module scope: conftest's float32 patch is not active yet, so ask for float32
-    models = load_models([str(tiny_run), f"second={tiny_run}"], device="cpu", float32=True)
+    models = load_models([str(tiny_run), f"second={tiny_run}", f"tf={transformer}"], device="cpu",
+                         float32=True)
     app = create_app(models, Limits(max_wait_ms=2))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # a free port, held from here on
@@ -63,8 +68,9 @@ def page(server_url):
 
 
 def test_translate_and_heatmap(page, tmp_path):
-    page.wait_for_function("document.querySelectorAll('#model option').length === 2")
+    page.wait_for_function("document.querySelectorAll('#model option').length === 3")
     assert page.locator("#model option").all_inner_texts()[1].startswith("second")
+    assert page.locator("#model-info").inner_text().startswith("LSTM, 1 × 32, global attention (general)")
     page.fill("#source", "the red cat sees a dog")
     page.click("#translate")
     page.wait_for_selector("#heatmap td.cell", timeout=30_000)
@@ -120,3 +126,53 @@ def test_switch_model_and_show_errors(page):
     )
     expected = "the server responded with a status of 413"  # the browser logs every 4xx
     assert [e for e in page.errors if expected not in e] == []
+
+
+def test_real_architecture_nbest_prefix_and_constraints(page, tmp_path):
+    """The page describes the model /models describes (a Transformer is no "LSTM") and offers
+    n-best lists, a forced start and phrases that must appear, as the HTTP API does; the
+    screenshot (printed path) shows the Transformer's description and the n-best list."""
+    page.errors.clear()  # the test before left its expected 413
+    page.select_option("#model", "tf")
+    info = page.locator("#model-info").inner_text()
+    assert info.startswith("Transformer, 2 layers, d 16, 2 heads, feed-forward 32, pre-norm") and "LSTM" not in info
+    page.select_option("#model", "second")
+    assert page.locator("#model-info").inner_text().startswith("LSTM")
+    page.fill("#source", "the red cat sees a dog\na girl has the old book")
+    page.fill("#beam", "4")
+    page.fill("#nbest", "3")
+    page.click("#translate")
+    page.wait_for_function("document.querySelectorAll('#translations li.hyp').length === 6")
+    first = page.locator("#translations > li").first
+    hyps = first.locator("li.hyp").all_inner_texts()
+    assert len(hyps) == 3 and hyps[0].split(" score")[0] == first.inner_text().split(" score")[0]
+    first.locator("li.hyp").nth(1).click()  # another hypothesis: its own attention
+    assert page.locator("#translations li.hyp.selected").count() == 1
+    assert page.locator("#tgt-words .w").all_inner_texts() == hyps[1].split(" score")[0].split()
+
+    page.fill("#nbest", "1")
+    page.fill("#prefix", "un perro")
+    page.fill("#constraints", "casa ; rojo")
+    page.click("#translate")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('ms')"
+                           " && document.querySelectorAll('#translations > li').length === 2"
+                           " && !document.querySelector('#translate').disabled")
+    for text in page.locator("#translations > li").all_inner_texts():
+        words = text.split(" score")[0].split()
+        assert words[:2] == ["un", "perro"] and "casa" in words and "rojo" in words, words
+    page.fill("#prefix", "un\nel\nla")  # three lines for two sentences: said, nothing sent
+    page.click("#translate")
+    assert "Starts with: 3 lines for 2 sentences" in page.locator("#error").inner_text()
+    page.fill("#prefix", "")
+    page.fill("#constraints", "")
+
+    page.select_option("#model", "tf")
+    page.fill("#source", "the red cat sees a dog")
+    page.fill("#nbest", "2")
+    page.click("#translate")
+    page.wait_for_function("document.querySelectorAll('#translations li.hyp').length === 2")
+    shot = tmp_path / "attnmt-page-nbest.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+    assert page.errors == []

@@ -167,12 +167,71 @@ def test_ctranslate2_engine_refuses_what_it_cannot_do(trained, tmp_path, capsys)
     run = trained("pre", PRE)
     assert main(["export", "--format", "ctranslate2", "--model", str(run), "--out", str(tmp_path / "ct2")]) == 0
     capsys.readouterr()
-    for flags in (["--nbest", "2"], ["--alignments", str(tmp_path / "a")], ["--int8"]):
+    for flags in (["--alignments", str(tmp_path / "a")], ["--int8"], ["--workers", "2"], ["--stop", "complete"],
+                  ["--inter-threads", "0"], ["--raw-weights"]):
         assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path / "ct2"), *flags]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and flags[0] in err
+    assert main(["translate", "--model", str(run), "--inter-threads", "2"]) == 2  # attnmt's engine: no-op
+    assert "--inter-threads is for --engine ctranslate2" in capsys.readouterr().err
     assert main(["translate", "--engine", "ctranslate2", "--model", str(run), "--input", str(tmp_path / "ct2" / "src.vocab")]) == 2
     assert "not an attnmt CTranslate2 export" in capsys.readouterr().err  # a run, not an export
+
+
+def test_ctranslate2_engine_takes_nbest_and_prefix(trained, tmp_path, capsys):
+    """--nbest through num_hypotheses (the first entries are the plain output, LINE 1-based as
+    attnmt's), --prefix through target_prefix (each output starts with its prefix)."""
+    from attnmt.eval.nbest import read_nbest
+
+    run = trained("pre", PRE)
+    ct2 = tmp_path / "ct2"
+    assert main(["export", "--format", "ctranslate2", "--model", str(run), "--out", str(ct2)]) == 0
+    src = tmp_path / "in.en"
+    _write(src, [*SOURCES, ""])
+    engine = ["translate", "--engine", "ctranslate2", "--model", str(ct2), "-i", str(src), "--beam", "4"]
+    capsys.readouterr()
+    assert main(engine) == 0
+    plain = capsys.readouterr().out.splitlines()
+    assert main([*engine, "--nbest", "3", "-o", str(tmp_path / "n.txt")]) == 0
+    groups = read_nbest(tmp_path / "n.txt", len(SOURCES) + 1)
+    assert [len(g) for g in groups] == [3] * len(SOURCES) + [0]
+    assert [g[0].text if g else "" for g in groups] == plain
+    prefixes = ["C B", "", *(["A"] * (len(SOURCES) - 2)), ""]
+    _write(tmp_path / "p.es", prefixes)
+    assert main([*engine, "--prefix", str(tmp_path / "p.es")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert all(o.split()[: len(p.split())] == p.split() for o, p in zip(out, prefixes))
+    assert out[1] == plain[1] and out[-1] == ""
+
+
+def test_ctranslate2_layout_one_single_threaded_replica_per_core(monkeypatch):
+    from attnmt.export import ct2_translate
+    from attnmt.export.ct2_translate import Layout, layout
+
+    assert layout("cpu", cores=8) == Layout(8, 1, 16)
+    assert layout("cpu", cores=8, inter_threads=2, intra_threads=4, max_batch_size=64) == Layout(2, 4, 64)
+    assert layout("cuda", cores=8) == Layout(1, 1, 64)
+    monkeypatch.setattr(ct2_translate.os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert layout("cpu").inter_threads == 3  # the cores this process may use, not the machine's
+
+
+def test_ctranslate2_engine_imports_no_torch(trained, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = trained("pre", PRE)
+    assert main(["export", "--format", "ctranslate2", "--model", str(run), "--out", str(tmp_path / "ct2")]) == 0
+    _write(tmp_path / "in.en", SOURCES[:3])
+    code = ("import sys; from attnmt.cli.main import main; "
+            f"status = main(['translate', '--engine', 'ctranslate2', '--model', {str(tmp_path / 'ct2')!r}, "
+            f"'-i', {str(tmp_path / 'in.en')!r}, '-o', {str(tmp_path / 'out.es')!r}]); "
+            "print(status, 'torch' in sys.modules)")
+    root = Path(__file__).resolve().parents[1]  # this checkout's attnmt, not another installed one
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.stdout.split() == ["0", "False"], done.stderr
+    assert "replicas x 1 thread, batches of 16" in done.stderr or "1 replica x 1 thread" in done.stderr
+    assert len((tmp_path / "out.es").read_text().splitlines()) == 3
 
 
 def test_existing_out_is_kept_unless_force(tmp_path, capsys):

@@ -51,10 +51,23 @@ def test_the_other_familys_key_names_its_family_file_and_line(tmp_path):
     with pytest.raises(UserError, match=r"c.yaml:3: model.score applies to model.type lstm, not transformer"):
         load_config(path)
     path = _write(tmp_path, "model:\n  type: transformer\n  hiddn: 8\n")
-    with pytest.raises(UserError, match=r"c.yaml:3: unknown key model.hiddn \(known: type, layers, hidden, dropout, heads"):
+    with pytest.raises(UserError, match=r"c.yaml:3: unknown key model.hiddn \(did you mean model.hidden\?; "
+                       r"known: type, layers, hidden, dropout, heads"):
         load_config(path)
     with pytest.raises(UserError, match=r"--set: model.heads applies to model.type transformer, not lstm"):
         apply_overrides(Config(), ["model.heads=8"])
+
+
+def test_the_other_familys_key_at_its_default_is_an_error_too(tmp_path):
+    """``heads: 4`` is the Transformer's default; in an LSTM config a user wrote it, and it would
+    do nothing: an error naming it (only a complete pre-split dump may list such keys)."""
+    path = _write(tmp_path, "model:\n  type: lstm\n  layers: 1\n  heads: 4\n")
+    with pytest.raises(UserError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}:4: model.heads applies to model.type transformer, not lstm"
+    path = _write(tmp_path, "model:\n  type: transformer\n  input_feed: true\n")
+    with pytest.raises(UserError, match=r"c.yaml:3: model.input_feed applies to model.type lstm"):
+        load_config(path)
 
 
 def test_a_config_saved_before_the_split_loads_into_its_family(tmp_path):

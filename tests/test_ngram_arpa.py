@@ -137,6 +137,47 @@ def test_gzipped_and_binary_errors(tmp_path):
         load_ngram(tmp_path / "missing.arpa")
 
 
+def test_blank_lines_are_skipped_by_the_buffer_and_counted(tmp_path, monkeypatch):
+    """A .gz of a million blank lines (1 MB; 432 MB of them took minutes, a Python line each) is
+    refused naming its last line, with a few hundred line reads; blank lines around the sections
+    of a good file change nothing, and errors after them name the right line."""
+    from attnmt.ngram import arpa
+
+    calls = [0]
+    next_line = arpa._Lines.next
+
+    def counted(self):
+        calls[0] += 1
+        return next_line(self)
+
+    monkeypatch.setattr(arpa._Lines, "next", counted)
+    monkeypatch.setenv("ATTNMT_MAX_ARCHIVE_RATIO", "100000")  # let the whole file decompress
+    blank = tmp_path / "blank.arpa.gz"
+    blank.write_bytes(gzip.compress(b"\n" * 1_000_000 + b" \t \n" * 1000))
+    with pytest.raises(UserError, match=r"blank\.arpa\.gz:1001000: not an ARPA file: no \\data\\"):
+        load_ngram(blank)
+    assert calls[0] < 1000
+
+    padded = KENLM_ARPA.replace("\\data\\", "\n\n  \n\\data\\", 1).replace("\\2-grams:", "\n \n\\2-grams:")
+    gz = tmp_path / "padded.arpa.gz"
+    gz.write_bytes(gzip.compress((padded + "\n" * 5000).encode()))
+    plain = load_ngram(_write_arpa(tmp_path, KENLM_ARPA))
+    got = load_ngram(gz)
+    assert got.order == plain.order and got.vocab == plain.vocab
+    sentence = " ".join(plain.vocab[4:8])
+    assert got.perplexity([sentence])["ppl"] == pytest.approx(plain.perplexity([sentence])["ppl"])
+    gz.write_bytes(gzip.compress((padded + "\n" * 5000 + "junk\n").encode()))
+    lines = padded.count("\n") + 5001
+    with pytest.raises(UserError, match=rf"padded\.arpa\.gz:{lines}: text after"):
+        load_ngram(gz)
+
+
+def _write_arpa(tmp_path, text: str):
+    path = tmp_path / "plain.arpa"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def test_cli_build_ppl_query(corpus, tmp_path, capsys, monkeypatch):
     import io
     import json

@@ -36,13 +36,13 @@ def _case(n: int = 40, seed: int = 0):
         rng.shuffle(variants)
         variants.insert(rng.randint(1, 3), ref)
         for k, text in enumerate(variants):
-            nbest.append(format_entry(i, text, -0.5 - 0.1 * k))
+            nbest.append(format_entry(i + 1, text, -0.5 - 0.1 * k))
     return refs, nbest
 
 
 def test_a_weight_on_length_picks_the_longest(tmp_path, capsys):
-    nbest = [format_entry(0, "a b", -0.1), format_entry(0, "a b c d", -0.9), format_entry(0, "a", -0.05),
-             format_entry(2, "x y z", -0.3), format_entry(2, "x", -0.2)]  # line 1: a blank source
+    nbest = [format_entry(1, "a b", -0.1), format_entry(1, "a b c d", -0.9), format_entry(1, "a", -0.05),
+             format_entry(3, "x y z", -0.3), format_entry(3, "x", -0.2)]  # line 2: a blank source
     f = _write(tmp_path / "n.txt", nbest)
     (tmp_path / "w.json").write_text(json.dumps({"features": ["score", "length"],
                                                  "weights": {"score": 0, "length": 1}}))
@@ -72,7 +72,8 @@ def test_tuning_finds_the_ngram_weight_that_recovers_the_references(tmp_path, ca
     assert main(argv) == 0
     err = capsys.readouterr().err
     tuned = json.loads(weights.read_text())
-    assert tuned["features"] == ["score", "length", f"ngram={lm}"]
+    assert tuned["features"] == ["score", "length", "ngram=lm.ngram"]  # beside the weights file
+    assert tuned["paths"] == "relative to this file"
     assert tuned["weights"]["ngram"] > 0
     assert tuned["dev_bleu"]["reranked"] > tuned["dev_bleu"]["first"] + 20
     assert "(1-best) ->" in err
@@ -83,6 +84,30 @@ def test_tuning_finds_the_ngram_weight_that_recovers_the_references(tmp_path, ca
     first = [g[0].text for g in read_nbest(dev_nbest)]
     assert sacrebleu.corpus_bleu(first, [refs]).score == pytest.approx(tuned["dev_bleu"]["first"], abs=0.01)
     assert main(argv) == 0 and json.loads(weights.read_text()) == tuned  # deterministic
+
+
+def test_weights_work_from_another_directory(tmp_path, monkeypatch, capsys):
+    """Tuned in one folder with paths relative to it, applied from another: the weights file
+    names its n-gram relative to itself (issue 58 item 9)."""
+    from attnmt.ngram.model import NgramLM
+
+    refs, nbest = _case(20, seed=5)
+    for folder in ("work", "models", "out", "elsewhere"):
+        (tmp_path / folder).mkdir()
+    _write(tmp_path / "work" / "dev.ref", refs)
+    _write(tmp_path / "work" / "dev.nbest", nbest)
+    NgramLM.estimate_text(tmp_path / "work" / "dev.ref", order=3).save(tmp_path / "models" / "lm.ngram")
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["rerank", "--tune", "--nbest", "dev.nbest", "--ref", "dev.ref", "--features", "score",
+                 "ngram=../models/lm.ngram", "--weights-out", "../out/w.json", "-o", "tuned.txt"]) == 0
+    assert json.loads((tmp_path / "out" / "w.json").read_text())["features"][1] == "ngram=../models/lm.ngram"
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["rerank", "--nbest", "../work/dev.nbest", "--weights", "../out/w.json", "-o", "again.txt"]) == 0
+    assert (tmp_path / "elsewhere" / "again.txt").read_text() == (tmp_path / "work" / "tuned.txt").read_text()
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "out").rename(tmp_path / "deep" / "out")  # the weights file alone moved: its path is wrong
+    assert main(["rerank", "--nbest", "../work/dev.nbest", "--weights", "../deep/out/w.json"]) == 2
+    assert "lm.ngram" in capsys.readouterr().err
 
 
 def test_dev_bleu_statistics_equal_sacrebleu_corpus_bleu():
@@ -113,7 +138,7 @@ def test_run_features_are_the_per_sentence_scores(tiny_run, tiny_corpus, tmp_pat
     src = (tiny_corpus.directory / "dev.en").read_text().splitlines()[:6]
     ref = (tiny_corpus.directory / "dev.es").read_text().splitlines()[:6]
     # English hypotheses of Spanish sources: the tiny en->es run is their channel model P(x|y)
-    nbest = [format_entry(i, h, -1.0) for i in range(6) for h in (src[i], src[(i + 1) % 6])]
+    nbest = [format_entry(i + 1, h, -1.0) for i in range(6) for h in (src[i], src[(i + 1) % 6])]
     f = _write(tmp_path / "n.txt", nbest)
     groups = read_nbest(f, 6)
     phi = compute_features(parse_features([f"rev={tiny_run}", f"fwd={tiny_run}"]), groups, ref, device="cpu")
@@ -129,14 +154,15 @@ def test_run_features_are_the_per_sentence_scores(tiny_run, tiny_corpus, tmp_pat
 
 
 @pytest.mark.parametrize("line, message", [
-    ("0 ||| a b", "expected 3 fields"),
-    ("x ||| a b ||| -1.0", "line index must be a number"),
-    ("0 ||| a b ||| nan", "finite number"),
-    ("0 ||| a b ||| high", "finite number"),
+    ("1 ||| a b", "expected 3 fields"),
+    ("x ||| a b ||| -1.0", "line number must be a number >= 1"),
+    ("0 ||| a b ||| -1.0", "LINE is 1-based"),
+    ("1 ||| a b ||| nan", "finite number"),
+    ("1 ||| a b ||| high", "finite number"),
     ("", "empty line"),
 ])
 def test_malformed_nbest_is_one_line_naming_file_and_line(tmp_path, capsys, line, message):
-    f = _write(tmp_path / "n.txt", [format_entry(0, "a", -1.0), line])
+    f = _write(tmp_path / "n.txt", [format_entry(1, "a", -1.0), line])
     (tmp_path / "w.json").write_text(json.dumps({"features": ["length"], "weights": {"length": 1}}))
     out = tmp_path / "out.txt"
     assert main(["rerank", "--nbest", f, "--weights", str(tmp_path / "w.json"), "-o", str(out)]) == 2
@@ -146,7 +172,7 @@ def test_malformed_nbest_is_one_line_naming_file_and_line(tmp_path, capsys, line
 
 
 def test_counts_order_features_and_weights_are_checked(tmp_path, capsys):
-    f = _write(tmp_path / "n.txt", [format_entry(1, "a", -1.0), format_entry(0, "b", -1.0)])
+    f = _write(tmp_path / "n.txt", [format_entry(2, "a", -1.0), format_entry(1, "b", -1.0)])
     ref = _write(tmp_path / "r.txt", ["x", "y"])
     w = tmp_path / "w.json"
     w.write_text(json.dumps({"features": ["length"], "weights": {"length": 1}}))
@@ -158,7 +184,7 @@ def test_counts_order_features_and_weights_are_checked(tmp_path, capsys):
         return lines[0]
 
     assert f"{f}:2:" in error("--nbest", f, "--weights", str(w)) # indices decrease
-    g = _write(tmp_path / "g.txt", [format_entry(0, "a", -1.0), format_entry(2, "b", -1.0)])
+    g = _write(tmp_path / "g.txt", [format_entry(1, "a", -1.0), format_entry(3, "b", -1.0)])
     assert "only 2 source lines" in error("--nbest", g, "--weights", str(w), "--ref", ref)
     assert "line counts differ" in error("--nbest", g, "--weights", str(w), "--ref", ref, "--src",
                                          _write(tmp_path / "s.txt", ["x"]))
@@ -181,11 +207,13 @@ def test_translate_nbest_output_is_what_rerank_reads(tiny_run, tiny_corpus, tmp_
                  "--device", "cpu"]) == 0
     groups = read_nbest(nbest, len(src))
     assert [len(g) for g in groups] == [3, 3, 0, 3, 3]
-    assert all(g[0].score >= g[-1].score for g in groups if g)  # best first
+    assert nbest.read_text().startswith("1 ||| ")  # LINE is 1-based, as per-sentence scores' line
+    assert all(a.score >= b.score for g in groups for a, b in zip(g[1:], g[2:]))  # then best first
     one = tmp_path / "one.txt"
     assert main(["translate", "--model", str(tiny_run), "-i", f, "-o", str(one), "--beam", "3", "--device", "cpu"]) == 0
+    assert [g[0].text if g else "" for g in groups] == one.read_text().splitlines()  # rerank's 1-best
     w = tmp_path / "w.json"
-    w.write_text(json.dumps({"features": ["score"], "weights": {"score": 1}}))
+    w.write_text(json.dumps({"features": ["length"], "weights": {"length": 0}}))
     out = tmp_path / "out.txt"
     assert main(["rerank", "--nbest", str(nbest), "--weights", str(w), "--src", f, "-o", str(out)]) == 0
-    assert out.read_text() == one.read_text()  # the search's own score reranks to its 1-best
+    assert out.read_text() == one.read_text()  # all tied: the first entry, the plain translation

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("align", help="word alignments from attention by force decoding references")
     p.add_argument("--model", required=True, action="append",
                    help="training run directory (repeat for an ensemble: attention averaged)")
-    p.add_argument("--checkpoint", default="best")
+    p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
     p.add_argument("--src", required=True, help="source sentences, one per line")
     p.add_argument("--tgt", required=True, help="reference translations, one per line")
     p.add_argument("--output", "-o", help="Pharaoh alignments (default: stdout)")
@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(predicted, default), the one that reads it (input), or the paper's rule: "
                         "predicted for the location score, input otherwise")
     p.add_argument("--gold", help="also score against these gold alignments and print AER")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-size", type=int, default=32, help="sentence pairs force-decoded together (memory and speed)")
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     p.set_defaults(func=run)
 
 

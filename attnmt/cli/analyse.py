@@ -24,7 +24,7 @@ from attnmt.jsonio import dumps
 def _model_args(p: argparse.ArgumentParser, what: str) -> None:
     """--model RUN and --checkpoint, shared by the subcommands that load a training run."""
     p.add_argument("--model", required=True, help=what)
-    p.add_argument("--checkpoint", default="best")
+    p.add_argument("--checkpoint", default="best", help="best, last or a step-NNNNNNNN directory")
 
 
 # ---------------------------------------------------------------- lengths
@@ -114,12 +114,12 @@ def _add_heatmap(sub: argparse._SubParsersAction) -> None:
     _model_args(p, "training run directory")
     p.add_argument("--input", required=True, help="the source sentence")
     p.add_argument("--target", help="force decode this translation instead of translating")
-    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam", type=int, default=5, help="beam size of the translation drawn (without --target); 1 = greedy")
     p.add_argument("--timing", default="predicted", choices=["predicted", "input", "paper"],
                    help="which attention row belongs to a target piece (attnmt/decode/force.py)")
     p.add_argument("--out", required=True, help="PNG file")
     p.add_argument("--csv", help="also write the matrix as CSV (rows: target pieces)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     p.set_defaults(func=run_heatmap)
 
 

@@ -98,9 +98,9 @@ def _add_synthetic(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dev", type=int, default=500, help="development pairs")
     p.add_argument("--test", type=int, default=500, help="test pairs")
     p.add_argument("--seed", type=int, default=1, help="seed of the lexicon and the sentences")
-    p.add_argument("--nouns", type=int, default=80)
-    p.add_argument("--adjectives", type=int, default=40)
-    p.add_argument("--verbs", type=int, default=40)
+    p.add_argument("--nouns", type=int, default=80, help="nouns in the lexicon")
+    p.add_argument("--adjectives", type=int, default=40, help="adjectives in the lexicon")
+    p.add_argument("--verbs", type=int, default=40, help="verbs in the lexicon")
     p.add_argument("--names", type=int, default=600, help="proper names (Zipf-distributed, copied)")
     _overwrite_arg(p)
     p.set_defaults(func=run_synthetic)
@@ -186,7 +186,7 @@ def _add_agreement(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hard", action="store_true",
                    help="the harder task: longer distances, more attractors, fewer training sentences, "
                    "test distances beyond training (explicit flags override its values)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="seed of the generated sentences")
     _overwrite_arg(p)
     p.set_defaults(func=run_agreement)
 
@@ -237,12 +237,12 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tgt", help="target suffix (default es)")
     p.add_argument("--tokenizer", choices=["word", "bpe", "unigram"], help="default unigram")
     p.add_argument("--vocab-size", type=int, help="vocabulary size of both sides (default 8000)")
-    p.add_argument("--src-vocab-size", type=int)
-    p.add_argument("--tgt-vocab-size", type=int)
+    p.add_argument("--src-vocab-size", type=int, help="source vocabulary size (default --vocab-size)")
+    p.add_argument("--tgt-vocab-size", type=int, help="target vocabulary size (default --vocab-size)")
     p.add_argument("--src-spm", metavar="MODEL", help="use this tokenizer (a sentencepiece model "
                    "with pad 0 unk 1 <s> 2 </s> 3, or a word .vocab) instead of learning one")
-    p.add_argument("--tgt-spm", metavar="MODEL")
-    p.add_argument("--lowercase", action="store_true", default=None)
+    p.add_argument("--tgt-spm", metavar="MODEL", help="the target side's tokenizer, as --src-spm")
+    p.add_argument("--lowercase", action="store_true", default=None, help="lower-case all text")
     p.add_argument("--max-len", type=int, help="drop training pairs with a side over N pieces "
                    "(default none; --config: data.max_len)")
     p.add_argument("--max-ratio", type=float, help="drop training pairs whose longer side is over "

@@ -52,9 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="mark the grid setting best on --input itself (an optimistic, test-tuned figure; "
                    "labelled so in the output)")
     p.add_argument("--batch-tokens", type=int, default=3000, help="padded target tokens per batch")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, progress=True)  # progress bars on a terminal (cli/main.py)
 
 
 def _grid(text: str | None, flag: str) -> list[float]:

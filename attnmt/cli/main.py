@@ -37,9 +37,26 @@ COMMANDS = [
 ]
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, except where there is none to show (None, an
+    off switch) or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
+                or "default" in text.lower() or isinstance(action, argparse._VersionAction)):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors (a bad flag value, a missing option) as the one line every
-    other error is, ``attnmt: error: ...``, exit status 2; ``--help`` shows the usage."""
+    other error is, ``attnmt: error: ...``, exit status 2; ``--help`` shows the usage and every
+    option's default (the sub-commands' parsers are of this class too)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         command = self.prog.removeprefix("attnmt").strip()
@@ -48,12 +65,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from attnmt import __version__
+
     parser = _Parser(
         prog="attnmt", description="Attention-based neural text generation toolkit."
     )
     parser.add_argument("--user-dir", metavar="DIR",
                         help="import every module in DIR before the command runs: plug-ins that register "
                              "attention variants, scores or kernels (a run records DIR and imports it again)")
+    parser.add_argument("--version", action="version", version=f"attnmt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMANDS:
@@ -90,8 +110,11 @@ def _exit_now(status: int) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from attnmt.progress import show_progress
+
     try:
-        with plugins.command_line(getattr(args, "user_dir", None)):
+        # a command that may run long (translate, score, ...): progress bars where stderr is a terminal
+        with plugins.command_line(getattr(args, "user_dir", None)), show_progress(getattr(args, "progress", False)):
             status = args.func(args)
     except UserError as err:
         print(f"attnmt: error: {' '.join(str(err).split())}", file=sys.stderr)  # one line, always

@@ -51,7 +51,7 @@ def _add_ppl(cmds: argparse._SubParsersAction) -> None:
     q.add_argument("--model", required=True, help="ARPA or binary n-gram model")
     q.add_argument("--input", required=True, help="text, one sentence per line")
     q.add_argument("--json", action="store_true", help="print one JSON object")
-    q.set_defaults(func=run_ppl)
+    q.set_defaults(func=run_ppl, progress=True)  # a bar on a terminal (cli/main.py)
 
 
 def _add_query(cmds: argparse._SubParsersAction) -> None:

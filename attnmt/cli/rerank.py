@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--weights", help="a weights file written by --tune (it names the features)")
     p.add_argument("--output", "-o", help="the reranked 1-best translations (default: stdout)")
     p.add_argument("--batch-tokens", type=int, default=3000, help="padded target tokens per batch (run features)")
-    p.add_argument("--device", default="auto")
-    p.set_defaults(func=run)
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
+    p.set_defaults(func=run, progress=True)  # progress bars on a terminal (cli/main.py)
 
 
 def run(args: argparse.Namespace) -> int:

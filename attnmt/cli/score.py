@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--samples", type=int, help="resamples (bs, default 1000) or trials (ar, default 10000)")
     p.add_argument("--seed", type=int, help="the paired test's random seed (>= 1; default 12345, sacrebleu's)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, progress=True)  # progress bars on a terminal (cli/main.py)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
     )
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="TCP port to listen on (0: any free one)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--int8", action="store_true",
@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sentences", type=int, default=64, help="sentences per request")
     p.add_argument("--max-tokens", type=int, default=200, help="source tokens per sentence")
     p.add_argument("--max-chars", type=int, default=4000, help="characters per sentence")
-    p.add_argument("--max-beam", type=int, default=16)
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--max-beam", type=int, default=16, help="largest beam a request may ask for (422 above it): each step of a search costs beam x vocabulary scores per sentence")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (413 above it)")
     p.add_argument(
         "--max-queue",
         type=int,
@@ -92,7 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve FastAPI's interactive docs at /docs (they load their scripts from a CDN)",
     )
     p.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (info: one line per request)",
     )
     p.set_defaults(func=run)
 

@@ -28,7 +28,7 @@ import torch
 
 from attnmt.data.vocab import BOS, EOS, PAD
 from attnmt.decode.prefix import ForcedPrefix
-from attnmt.decode.search import Hypothesis, block_specials, max_lengths, normalise
+from attnmt.decode.search import Hypothesis, block_specials, max_lengths, nbest_list, normalise
 from attnmt.models.common import repeat_rows, select_batch
 
 State = tuple[int, int, int]  # (bitmask of the phrases met, phrase in progress or -1, its tokens so far)
@@ -119,6 +119,7 @@ def constrained_beam_search(
     scores = scores.view(-1)
     states: list[list[State]] = [[START] * K for _ in range(B)]  # per live sentence, per row
     finished: list[list[tuple[bool, Hypothesis]]] = [[] for _ in range(B)]
+    first: list[Hypothesis | None] = [None] * B  # stop "best", nbest > 1: the fixed 1-best
     alive = list(range(B))
     history: torch.Tensor | None = None
     for t in range(max(limits)):
@@ -174,7 +175,11 @@ def constrained_beam_search(
                     going.append((v, r, tok, new))
             picked = _allocate(going, K, rules.progress)
             met = sum(ok for ok, _ in finished[s])
-            best_ends = bool(ranked) and ranked[0][2] == EOS and met >= nbest
+            best_ends = bool(ranked) and ranked[0][2] == EOS and met >= 1
+            if stop == "best" and best_ends and first[s] is None and nbest > 1:
+                first[s] = _best(finished[s])  # the 1-best, fixed where nbest=1 stops (as beam_search)
+            if stop == "best" and nbest > 1:
+                best_ends = first[s] is not None and met >= nbest
             if at_limit or met >= K or not picked or (stop == "best" and best_ends):
                 continue
             keep.append(b)
@@ -198,9 +203,13 @@ def constrained_beam_search(
         state = select_batch(state, index)
         if history is not None:
             history = history.index_select(0, index)
-    results = []
-    for b in range(B):
-        good = [h for ok, h in finished[b] if ok] or [h for _, h in finished[b]]
-        hyps = sorted(good, key=lambda h: h.score, reverse=True)
-        results.append(hyps[:nbest] if hyps else [Hypothesis([], float("-inf"), float("-inf"))])
-    return results
+    return [nbest_list(_good(finished[b]), first[b], nbest) for b in range(B)]
+
+
+def _good(finished: list[tuple[bool, Hypothesis]]) -> list[Hypothesis]:
+    """The finished hypotheses that meet every constraint (all of them if none does)."""
+    return [h for ok, h in finished if ok] or [h for _, h in finished]
+
+
+def _best(finished: list[tuple[bool, Hypothesis]]) -> Hypothesis:
+    return max(_good(finished), key=lambda h: h.score)

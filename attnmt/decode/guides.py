@@ -12,11 +12,14 @@ piece the target vocabulary lacks is an error naming the file (or field) and lin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from attnmt.data.corpus import read_lines
 from attnmt.data.vocab import BOS, EOS, PAD, UNK
 from attnmt.errors import UserError
-from attnmt.runs.loader import Run
+
+if TYPE_CHECKING:  # the file readers below serve --engine ctranslate2 too, which loads no PyTorch
+    from attnmt.runs.loader import Run
 
 
 @dataclass

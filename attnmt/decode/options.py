@@ -20,6 +20,12 @@ raised to fit a forced prefix and constraints. An output that stops at ``max_len
 translation: ``at_cap="error"`` (the default) makes it a UserError naming the line, ``"keep"``
 returns it cut. A blank source line (whitespace only) is not decoded under ``blank="skip"``: it
 gets no hypotheses (``[]``); ``blank="decode"`` searches it as an empty source.
+
+These defaults are the command line's, the server's and the Python API's alike: each builds its
+options from ``SearchOptions()`` and changes only what its user asked for, so the same input gives
+the same output through every door (tests/test_front_doors.py). ``precision="auto"`` is decided by
+the ``Translator`` and reported with each result (``Translation.precision``, the server's
+``precision`` field, a line on translate's stderr).
 """
 
 from __future__ import annotations
@@ -68,7 +74,11 @@ class SearchOptions:
     batch_size: int = 32
     workers: int = 0  # batches searched at once, one CPU thread each; 0: one per torch thread
     with_attention: bool = False  # attention matrices and word alignments in the results
-    precision: str | None = None  # "auto", "bf16", "float32"; None: the models as they are
+    # "auto": bfloat16 products where the CPU has bfloat16 units and the model is an LSTM decoder
+    # or a Transformer, else float32 (decode/translate.py, ``set_search_precision``): the one
+    # default of attnmt translate, attnmt serve and attnmt.load(...).translate; "bf16",
+    # "float32" force one; None leaves the models as they are (training's validation)
+    precision: str | None = "auto"
     int8: bool = False  # the output layer (Transformer: and decoder feed-forward) in 8 bits (CPU)
     sample: str | None = None  # "topk=K" or "topp=P": sample instead of beam search
     temperature: float = 1.0  # sampling: softmax(logits / T)
@@ -149,14 +159,37 @@ class SearchOptions:
             raise UserError(f"{spell('sample')} topp={text} must be a probability in (0, 1]")
         return kind, value
 
-    def with_(self, **changes) -> SearchOptions:
-        """A copy with ``changes`` (field names; a misspelt one is a UserError), validated."""
+    def with_(self, spell: Callable[[str], str] = lambda name: name, **changes) -> SearchOptions:
+        """A copy with ``changes`` (field names; a misspelt one is a UserError), validated. A
+        change that would do nothing is refused too, naming it (``spell``): ``beam`` > 1,
+        ``length_penalty`` or ``stop`` with ``sample`` (a sample draws one token a step and is one
+        hypothesis), ``temperature`` or ``seed`` without it."""
         names = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
             raise UserError(f"unknown search option {unknown[0]!r}; the options are "
                             f"{', '.join(sorted(names))}")
-        return replace(self, **changes).validate()
+        new = replace(self, **changes).validate(spell)
+        if new.sample is not None and changes.get("beam", 1) > 1:
+            raise UserError(f"{spell('beam')} {changes['beam']} has no effect with {spell('sample')}: "
+                            f"sampling draws one token a step, not a beam; leave {spell('beam')} out")
+        if new.sample is not None:
+            for name in ("length_penalty", "stop"):  # they rank and end a beam's hypotheses
+                if name in changes:
+                    raise UserError(f"{spell(name)} has no effect with {spell('sample')} (it ranks a "
+                                    "beam's hypotheses; a sample is one)")
+        if new.sample is None:
+            for name in ("temperature", "seed"):
+                if changes.get(name) is not None:
+                    raise UserError(f"{spell(name)} needs {spell('sample')} (it has no effect on a "
+                                    "beam or greedy search)")
+        return new
+
+
+def check_precision_flags(bf16: bool, float32: bool) -> None:
+    """``--bf16`` with ``--float32`` is a UserError (checked before a model loads)."""
+    if bf16 and float32:
+        raise UserError("--bf16 and --float32 exclude each other")
 
 
 def cli_flag(name: str) -> str:

@@ -65,11 +65,14 @@ def _child(fn: Callable[[Any], Any], items: Sequence, counter, send) -> None:
         send.close()
 
 
-def fork_map(fn: Callable[[Any], Any], items: Sequence, workers: int) -> list:
+def fork_map(fn: Callable[[Any], Any], items: Sequence, workers: int,
+             taken: Callable[[int], None] | None = None) -> list:
     """``[fn(item) for item in items]``, by this process and ``workers - 1`` forked ones, each on
     one thread, items taken in order as processes become free. ``fn``'s results must pickle. An
     exception is raised here after every child has stopped: this process's own, else the first
-    failed child's in the order they were forked."""
+    failed child's in the order they were forked. ``taken(k)``: called in this process after
+    each of its own items with the number of items all processes have begun (a progress bar's
+    measure: the children report nothing until they end)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     ctx = mp.get_context("fork")
@@ -82,7 +85,11 @@ def fork_map(fn: Callable[[Any], Any], items: Sequence, workers: int) -> list:
             child.start()
             send.close()
             children.append((child, receive))
-        results = {i: fn(items[i]) for i in _take(counter, len(items))}
+        results = {}
+        for i in _take(counter, len(items)):
+            results[i] = fn(items[i])
+            if taken is not None:
+                taken(min(counter.value, len(items)))
         for child, receive in children:
             try:
                 status, payload = pickle.loads(receive.recv_bytes())

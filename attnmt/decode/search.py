@@ -191,7 +191,9 @@ def beam_search(
     ``stop``: when a sentence is done. "complete": when it has K finished hypotheses (or reaches
     its length limit). "best": as soon as the best extension of a step ends it (</s> outranks
     every continuation by log-probability), as OpenNMT-py does; the finished hypotheses collected
-    by then are ranked as usual.
+    by then are ranked as usual. With ``nbest`` > 1 the best of them is fixed there as the first
+    entry, and the search goes on until ``nbest`` are finished (``nbest_list``): n-best lists
+    never change the 1-best.
 
     The step bookkeeping is tensor ops over all live sentences at once; Python only builds the
     finished hypotheses. A sentence that is done leaves the batch (its K rows are dropped from
@@ -213,6 +215,8 @@ def beam_search(
     limit = torch.tensor(limits, device=device)  # (n,) length limit of each live sentence
     n_finished = torch.zeros(B, dtype=torch.long, device=device)  # (n,)
     slot = torch.arange(2 * K, device=device)  # candidate rank j within its sentence
+    first: list[Hypothesis | None] = [None] * B  # stop "best", nbest > 1: the fixed 1-best
+    fixed = torch.zeros(B, dtype=torch.bool, device=device)  # (n,) whether it is fixed
     for t in range(max(limits)):
         n = len(alive)
         if t == 0:  # the K start hypotheses are one: its step once per sentence, then K copies
@@ -255,7 +259,13 @@ def beam_search(
             n_finished = n_finished + keep_end.sum(1)
         done = (n_finished >= K) | at_limit.squeeze(1)
         if stop == "best":
-            done = done | (valid[:, 0] & is_eos[:, 0] & (n_finished >= nbest))
+            best_ends = valid[:, 0] & is_eos[:, 0] & (n_finished >= 1)
+            if nbest > 1:  # the 1-best is fixed where nbest=1 stops; the list fills on after it
+                for b in (best_ends & ~fixed).nonzero().squeeze(1).tolist():
+                    first[alive[b]] = max(finished[alive[b]], key=lambda h: h.score)
+                fixed = fixed | best_ends
+                best_ends = fixed & (n_finished >= nbest)
+            done = done | best_ends
         still = ~done  # (n,) sentences not done
         # the chosen candidates first, in rank order, then dead rows (score -inf, </pad>) to fill K
         pick = torch.sort((~chosen).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (n, K)
@@ -271,15 +281,24 @@ def beam_search(
             enc = select_batch(enc, keep_rows)
             next_scores, next_tokens, next_rows = next_scores[keep], next_tokens[keep], next_rows[keep]
             alive = [alive[b] for b in keep.tolist()]
-            limit, n_finished = limit[keep], n_finished[keep]
+            limit, n_finished, fixed = limit[keep], n_finished[keep], fixed[keep]
         index = next_rows.view(-1)
         prefix = torch.cat([prefix.index_select(0, index), next_tokens.view(-1, 1)], 1)
         scores = next_scores
         state = select_batch(state, index)
         if history is not None:
             history = history.index_select(0, index)
-    results = []
-    for b in range(B):
-        hyps = sorted(finished[b], key=lambda h: h.score, reverse=True)
-        results.append(hyps[:nbest] if hyps else [Hypothesis([], float("-inf"), float("-inf"))])
-    return results
+    return [nbest_list(finished[b], first[b], nbest) for b in range(B)]
+
+
+def nbest_list(finished: list[Hypothesis], first: Hypothesis | None, nbest: int) -> list[Hypothesis]:
+    """The ``nbest`` hypotheses of a sentence: ``first`` (the 1-best, fixed where a search with
+    nbest=1 stops; None: the best of ``finished``), then the others by score. So the first entry
+    of an n-best list is what the same search returns without n-best, whatever hypotheses
+    finished after that point; the rest are best first."""
+    hyps = sorted(finished, key=lambda h: h.score, reverse=True)
+    if not hyps:
+        return [Hypothesis([], float("-inf"), float("-inf"))]
+    if first is not None:
+        hyps = [first, *(h for h in hyps if h is not first)]
+    return hyps[:nbest]

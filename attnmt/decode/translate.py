@@ -19,7 +19,7 @@ from attnmt.data.vocab import Tokenizer, map_pieces_to_words
 from attnmt.decode.constraints import constrained_beam_search
 from attnmt.decode.force import word_attention
 from attnmt.decode.guides import Guides, encode_guides
-from attnmt.decode.options import SearchOptions
+from attnmt.decode.options import SearchOptions, check_precision_flags
 from attnmt.decode.prefix import ForcedPrefix
 from attnmt.decode.processes import fork_applies, fork_map
 from attnmt.decode.sampling import Sampler, chunk_generator, sample
@@ -28,6 +28,7 @@ from attnmt.errors import UserError
 from attnmt.kernels import packed
 from attnmt.models.decoders import LuongDecoder
 from attnmt.models.transformer import Transformer
+from attnmt.progress import Bar, progress
 from attnmt.runs.loader import Run, Source, load_run
 
 
@@ -42,6 +43,7 @@ class Translation:
     src_word_of_piece: list[int] = field(default_factory=list)
     tgt_word_of_piece: list[int] = field(default_factory=list)
     cut: bool = False  # the output stopped at max_len_cap pieces (SearchOptions.at_cap "keep")
+    precision: str = ""  # of the search's products: "bf16" or "float32" (SearchOptions.precision)
 
     def pharaoh(self) -> str:
         return " ".join(f"{i}-{j}" for i, j in self.alignment)
@@ -141,12 +143,6 @@ def use_bf16_products(runs: list[Run]) -> None:
                             "this one would emulate them, slower than float32")
         for switch in switches:
             switch.bf16_search = True
-
-
-def check_precision_flags(bf16: bool, float32: bool) -> None:
-    """``--bf16`` with ``--float32`` is a UserError (checked before a model loads)."""
-    if bf16 and float32:
-        raise UserError("--bf16 and --float32 exclude each other")
 
 
 def set_search_precision(runs: list[Run], bf16: bool = False, float32: bool = False) -> str:
@@ -310,12 +306,14 @@ class Translator:
         groups = [[i for i in order if guides.constrained(i)], [i for i in order if not guides.constrained(i)]]
         size = options.batch_size
         chunks = [g[start : start + size] for g in groups for start in range(0, len(g), size)]
-        for chunk, found in zip(chunks, self._run_chunks(search, chunks, options.workers)):
-            for i, translations in zip(chunk, found):
-                results[i] = translations
+        with progress(len(keep), "translate") as bar:  # a bar only for a command on a terminal
+            for chunk, found in zip(chunks, self._run_chunks(search, chunks, options.workers, bar)):
+                for i, translations in zip(chunk, found):
+                    results[i] = translations
         for i in keep:
             for t in results[i]:
                 t.cut = len(t.tgt_pieces) >= options.max_len_cap
+                t.precision = self.precision
         cut = next((i for i in keep if results[i] and results[i][0].cut), None)
         if cut is not None and options.at_cap == "error":  # an output stopped at the cap is no translation
             raise OutputCut(cut + 1, options.max_len_cap)
@@ -341,21 +339,31 @@ class Translator:
         return beam_search(self.model, batch.src, batch.src_lengths, o.beam, o.nbest, o.length_penalty,
                            stop=o.stop, forced=prefix, **lengths)
 
-    def _run_chunks(self, search, chunks: list[list[int]], workers: int) -> list:
+    def _run_chunks(self, search, chunks: list[list[int]], workers: int, bar: Bar | None = None) -> list:
         """``[search(chunk) for chunk in chunks]``, by ``workers`` threads (or, with
-        ``fork_workers``, processes) at once, each on one CPU thread."""
+        ``fork_workers``, processes) at once, each on one CPU thread; ``bar`` counts the lines."""
+        bar = bar or Bar()
         threads = torch.get_num_threads()
         if workers <= 0:
             workers = threads if self.device.type == "cpu" else 1
         workers = min(workers, len(chunks)) if self.parallel_batches else 1
+
+        def counted(chunk: list[int]):
+            found = search(chunk)
+            bar.update(len(chunk))
+            return found
+
         if workers <= 1:
-            return [search(chunk) for chunk in chunks]
+            return [counted(chunk) for chunk in chunks]
         if self.fork_workers and fork_applies(workers, self.device):
-            return fork_map(search, chunks, workers)
+            started = [0]  # lines of the first k chunks: what the processes have taken by then
+            for chunk in chunks:
+                started.append(started[-1] + len(chunk))
+            return fork_map(search, chunks, workers, lambda taken: bar.set(started[taken]))
         torch.set_num_threads(1)  # one thread per search; restored below
         try:
             with ThreadPoolExecutor(workers) as pool:
-                return list(pool.map(search, chunks))  # longest first: the pool balances the rest
+                return list(pool.map(counted, chunks))  # longest first: the pool balances the rest
         finally:
             torch.set_num_threads(threads)
 

@@ -195,7 +195,9 @@ def sentence_attention(member: Run, sentence: str, target: str | None = None, be
             raise UserError("--target is empty: give the translation to force decode, or leave it out")
         ids = member.tgt_tok.encode(target)
     else:
-        best = Translator.of(member).translate([sentence], beam=beam, at_cap="keep")[0][0]
+        # precision=None: the member stays in float32 for the forced pass below (a Transformer's
+        # bfloat16 search products would stay on for it)
+        best = Translator.of(member).translate([sentence], beam=beam, at_cap="keep", precision=None)[0][0]
         ids, translation = member.tgt_tok.encode_pieces(best.tgt_pieces), best.text
         if not ids:  # no row to plot
             raise UserError("the model translates --input to nothing: no attention to show; give "

@@ -4,9 +4,12 @@ One hypothesis a line, best first within a source line, Moses style:
 
     LINE ||| TEXT ||| SCORE
 
-LINE is the 0-based index of the source line (a blank source line has no entries), TEXT the
+LINE is the 1-based number of the source line, as every line number attnmt prints (error
+messages, ``score --per-sentence``'s ``line``); a blank source line has no entries. TEXT is the
 hypothesis, SCORE the search's score (log-probability / length^α, ``--length-penalty``). The
-entries of one source line are consecutive and the indices do not decrease.
+entries of one source line are consecutive, the numbers do not decrease, and the first entry of a
+line is the translation ``attnmt translate`` prints without ``--nbest`` (the others follow by
+score). A 0-based list (Moses's, or one attnmt wrote before it counted from 1) is refused by its index 0.
 """
 
 from __future__ import annotations
@@ -46,20 +49,21 @@ def read_nbest(path: str | os.PathLike, lines: int | None = None) -> list[list[E
         if len(fields) != 3:
             raise UserError(f"expected 3 fields 'LINE ||| TEXT ||| SCORE', got {len(fields)}", str(path), number)
         index, text, score = fields[0].strip(), fields[1].strip(), fields[2].strip()
-        if not index.isdigit():
-            raise UserError(f"the line index must be a number >= 0, got {index!r}", str(path), number)
+        if not index.isdigit() or int(index) == 0:
+            hint = " (LINE is 1-based; a 0-based list needs 1 added to each index)" if index.isdigit() else ""
+            raise UserError(f"the line number must be a number >= 1, got {index!r}{hint}", str(path), number)
         try:
             value = float(score)
         except ValueError:
             value = math.nan
         if not math.isfinite(value):
             raise UserError(f"the score must be a finite number, got {score!r}", str(path), number)
-        i = int(index)
+        i = int(index) - 1
         if i < last:
-            raise UserError(f"line index {i} after {last}: the entries of a source line must be "
+            raise UserError(f"line number {i + 1} after {last + 1}: the entries of a source line must be "
                             "consecutive, in order", str(path), number)
         if lines is not None and i >= lines:
-            raise UserError(f"line index {i}, but there are only {lines} source lines", str(path), number)
+            raise UserError(f"line number {i + 1}, but there are only {lines} source lines", str(path), number)
         while len(groups) <= i:
             groups.append([])
         groups[i].append(Entry(text, value, number))

@@ -33,6 +33,7 @@ from attnmt.data.vocab import PAD
 from attnmt.errors import UserError
 from attnmt.ngram.model import load_ngram
 from attnmt.ngram.residual import NgramResidual, check_vocab, combine
+from attnmt.progress import progress
 from attnmt.runs.loader import Run, load_run, truncation_warning
 
 
@@ -134,22 +135,28 @@ def sentence_settings(model, ngram, settings: list[Setting], src, tgt, device,
     model.eval()
     if ngram is not None:
         ngram.to(device)
-    for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
-        batch = batch.to(device)
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-        logits = logits.float()
-        ng = ngram.sequence_logprobs(batch.tgt_in) if ngram is not None else None
-        mask = batch.tgt_out != PAD
-        gold = batch.tgt_out.unsqueeze(-1)
-        index = batch.index.cpu()
-        for i, s in enumerate(settings):
-            if s.kind == "ngram":
-                logp = ng
-            else:
-                logp = torch.log_softmax(combine(logits, ng, s.kind, s.value, s.value), dim=-1)
-            token = torch.where(mask, logp.gather(-1, gold).squeeze(-1).double(), 0.0)  # (B, T), 0 after </s>
-            scores[i, index] = token.sum(1).cpu()
+    with progress(len(tgt), "score", "sentence") as bar:  # a bar only for a command on a terminal
+        for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
+            _score_batch(model, ngram, settings, batch.to(device), scores)
+            bar.update(len(batch.index))
     return scores
+
+
+def _score_batch(model, ngram, settings: list[Setting], batch, scores: torch.Tensor) -> None:
+    """``sentence_settings`` of one batch, written into ``scores`` at the batch's sentences."""
+    logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+    logits = logits.float()
+    ng = ngram.sequence_logprobs(batch.tgt_in) if ngram is not None else None
+    mask = batch.tgt_out != PAD
+    gold = batch.tgt_out.unsqueeze(-1)
+    index = batch.index.cpu()
+    for i, s in enumerate(settings):
+        if s.kind == "ngram":
+            logp = ng
+        else:
+            logp = torch.log_softmax(combine(logits, ng, s.kind, s.value, s.value), dim=-1)
+        token = torch.where(mask, logp.gather(-1, gold).squeeze(-1).double(), 0.0)  # (B, T), 0 after </s>
+        scores[i, index] = token.sum(1).cpu()
 
 
 def score_settings(model, ngram, settings: list[Setting], src, tgt, device, batch_tokens: int = 3000) -> list[float]:
@@ -269,7 +276,7 @@ def perplexity_report(
                                   + ([Setting("ngram")] if ngram_only else [])))
     device = run.device
     out: dict = {"model": run_dir, "input": path, "best": None, "weights": run.weights}
-    warnings = []
+    warnings = [note for note in [run.raw_weights_note()] if note]
     if tune_on:
         *data, warning = read_eval_data(run, tune_on)
         dev_rows = perplexities(model, ngram, grid, *data, device, batch_tokens)

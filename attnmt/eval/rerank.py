@@ -26,7 +26,12 @@ corpus BLEU from per-hypothesis sufficient statistics (n-gram matches and totals
 over the chosen hypotheses, so each grid point costs a sum, not a re-tokenisation. Deterministic.
 
 The weights file (JSON): {"features": ["score", "ngram=lm.ngram", ...], "weights": {"score": 1.0,
-"ngram": 0.05, ...}, "dev_bleu": {"first": ..., "reranked": ...}, "signature": ...}.
+"ngram": 0.05, ...}, "dev_bleu": {"first": ..., "reranked": ...}, "signature": ...,
+"paths": "relative to this file"}. ``write_weights`` stores each feature's file or run relative
+to the weights file's folder (absolute where no relative path leads there, another drive), and
+``read_weights`` resolves them from there, so ``rerank --weights`` works from any directory and
+with the folder moved as a whole. A file without "paths" (written before) names them relative
+to the working directory, as they were given.
 """
 
 from __future__ import annotations
@@ -206,6 +211,25 @@ def tune(features: list[Feature], groups: list[list[Entry]], phi: np.ndarray, re
             "signature": bleu.signature()}
 
 
+PATHS_NOTE = "relative to this file"
+
+
+def _moved(feature: Feature, base: str | os.PathLike, to_file: bool) -> Feature:
+    """``feature`` with its file or run path made relative to the folder ``base`` (``to_file``)
+    or, from there, resolved against it."""
+    if feature.arg is None:
+        return feature
+    if to_file:
+        target = os.path.abspath(feature.arg)
+        try:
+            arg = os.path.relpath(target, os.path.abspath(base))
+        except ValueError:  # another drive (Windows): no relative path leads there
+            arg = target
+    else:
+        arg = feature.arg if os.path.isabs(feature.arg) else os.path.normpath(os.path.join(base, feature.arg))
+    return Feature(feature.kind, arg)
+
+
 def weights_vector(features: list[Feature], weights: dict) -> np.ndarray:
     return np.array([weights[f.kind] for f in features], dtype=np.float64)
 
@@ -225,6 +249,9 @@ def read_weights(path: str | os.PathLike) -> tuple[list[Feature], np.ndarray]:
     if not all(isinstance(x, str) for x in data["features"]):
         raise UserError("'features' must be a list of strings such as \"ngram=lm.ngram\"", str(path))
     features = parse_features(data["features"], f"{path}: features")
+    if data.get("paths") == PATHS_NOTE:  # else an older file: paths as given, from the working directory
+        folder = os.path.dirname(os.path.abspath(path))
+        features = [_moved(f, folder, to_file=False) for f in features]
     weights = data["weights"]
     for f in features:
         value = weights.get(f.kind)
@@ -237,10 +264,14 @@ def read_weights(path: str | os.PathLike) -> tuple[list[Feature], np.ndarray]:
 
 
 def write_weights(path: str | os.PathLike, data: dict) -> None:
-    """The weights file, atomically (nothing half-written on a failure)."""
+    """The weights file (``tune``'s dict), atomically (nothing half-written on a failure), its
+    features' paths relative to the file's folder (module docstring)."""
     from attnmt.data.corpus import atomic_output
     from attnmt.jsonio import dumps
 
+    folder = os.path.dirname(os.path.abspath(path))
+    features = [_moved(f, folder, to_file=True) for f in parse_features(data["features"])]
+    data = {**data, "features": [f.spec for f in features], "paths": PATHS_NOTE}
     with atomic_output(path) as f:
         f.write(dumps(data) + "\n")
 

@@ -29,8 +29,8 @@ data/vocab.py) are CTranslate2's unknown, decoder start and end tokens. Alignmen
 the last decoder layer's cross-attention averaged over all heads, as attnmt's. The directory also
 holds the run's tokenizer files (``src.spm.model``/``tgt.spm.model`` or ``src.vocab``/
 ``tgt.vocab``: ``attnmt.data.vocab.load_tokenizer(DIR, side)`` reads them) and ``attnmt.json``
-(where it came from, the lowercasing); ``translate`` below is the serving side, text in and text
-out (``attnmt translate --engine ctranslate2``).
+(where it came from, the lowercasing); export/ct2_translate.py is the serving side, text in and
+text out without PyTorch (``attnmt translate --engine ctranslate2``).
 
 What CTranslate2 cannot express is refused by ``unsupported`` with the config key: LSTM models,
 LM and classifier runs, NgramRes heads, localness and window attention, relative attention on top
@@ -40,7 +40,6 @@ of absolute positions, reversed sources.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -48,24 +47,15 @@ from pathlib import Path
 import torch
 
 from attnmt.config import Config
-from attnmt.data.vocab import BOS, EOS, PAD, UNK, Tokenizer, load_tokenizer
+from attnmt.data.vocab import BOS, EOS, PAD, UNK, Tokenizer
 from attnmt.errors import UserError
 from attnmt.export import QUANTIZATIONS
+from attnmt.export.ct2_translate import INFO, ctranslate2_module
 from attnmt.runs.checkpoint import find_checkpoint
 from attnmt.runs.loader import load_run, read_run
 
 POSITIONS = 1024  # rows of an exported position table: CTranslate2's default max_input_length
 BLOCKED = -1e4  # output bias of <pad> and <s>: exp(−10⁴) is 0, and finite in float16 too
-INFO = "attnmt.json"
-INSTALL = "pip install 'attnmt[ctranslate2]' (or pip install 'ctranslate2>=4,<5')"
-
-
-def _ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError:
-        raise UserError(f"CTranslate2 is not installed: {INSTALL}") from None
-    return ctranslate2
 
 
 def unsupported(cfg: Config) -> str | None:
@@ -167,7 +157,7 @@ def vocabulary(tok: Tokenizer, side: str, where: str) -> list[str]:
 
 def build_spec(model, cfg: Config, src_tok: Tokenizer, tgt_tok: Tokenizer, where: str):
     """The ``TransformerSpec`` of a loaded attnmt ``Transformer`` (weights set, vocabularies registered)."""
-    ct2 = _ctranslate2()
+    ct2 = ctranslate2_module()
     from ctranslate2.specs import transformer_spec
 
     m = cfg.model
@@ -227,7 +217,7 @@ def export_ctranslate2(run_dir: str | os.PathLike, out_dir: str | os.PathLike, q
     if why:
         raise UserError(f"cannot export to CTranslate2: {why}", str(run_dir / "config.yaml"))
     _check_out(out, run_dir, force)
-    _ctranslate2()  # before loading the weights: a missing package is the first thing to report
+    ctranslate2_module()  # before loading the weights: a missing package is the first thing to report
     run = load_run(run_dir, checkpoint, device="cpu")
     spec = build_spec(run.model, run.cfg, run.src_tok, run.tgt_tok, str(run_dir))
     for side, tok in (("src", run.src_tok), ("tgt", run.tgt_tok)):
@@ -257,51 +247,3 @@ def export_ctranslate2(run_dir: str | os.PathLike, out_dir: str | os.PathLike, q
         raise
     shutil.rmtree(aside, ignore_errors=True)
     return info
-
-
-def read_info(model_dir: str | os.PathLike) -> dict:
-    """The ``attnmt.json`` of an exported directory."""
-    path = Path(model_dir) / INFO
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError("not an attnmt CTranslate2 export (no attnmt.json)", str(model_dir)) from None
-    except (OSError, ValueError) as err:
-        raise UserError(f"unreadable ({err})", str(path)) from None
-    if not isinstance(info, dict) or info.get("format") != "ctranslate2":
-        raise UserError("not an attnmt CTranslate2 export", str(path))
-    return info
-
-
-def translate(model_dir: str | os.PathLike, lines: list[str], beam: int = 5, batch_size: int = 64,
-              threads: int = 0, length_penalty: float = 1.0, max_len_ratio: float = 2.0, max_len_cap: int = 512,
-              device: str = "cpu", compute_type: str = "default") -> list[str]:
-    """Translate text with an exported directory in CTranslate2, as ``attnmt translate`` does: the
-    run's tokenizer splits each line into pieces, CTranslate2 searches, the target tokenizer joins
-    the pieces; a blank line gives a blank line. Batches of ``batch_size`` lines of similar length;
-    a batch's outputs stop at min(max_len_ratio · its longest source + 10, max_len_cap) pieces
-    (attnmt's limit is per sentence). ``threads``: CTranslate2's intra_threads (0: OMP_NUM_THREADS,
-    else its default)."""
-    ct2 = _ctranslate2()
-    info = read_info(model_dir)
-    lower = bool(info.get("lowercase"))  # the run's data.lowercase: its tokenizers lower-case what they read
-    src_tok, tgt_tok = load_tokenizer(model_dir, "src", lower), load_tokenizer(model_dir, "tgt", lower)
-    try:
-        translator = ct2.Translator(str(model_dir), device=device, compute_type=compute_type, intra_threads=threads)
-    except (RuntimeError, ValueError) as err:  # a damaged model.bin, an unknown device or compute type
-        raise UserError(f"CTranslate2 cannot load it ({str(err).splitlines()[0][:200]})", str(model_dir)) from None
-    pieces = [src_tok.split(line) for line in lines]
-    order = sorted((i for i, p in enumerate(pieces) if p), key=lambda i: len(pieces[i]), reverse=True)
-    out = [""] * len(lines)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        longest = max(len(pieces[i]) for i in chunk)
-        try:
-            results = translator.translate_batch(
-                [pieces[i] for i in chunk], beam_size=beam, length_penalty=length_penalty, max_input_length=0,
-                max_decoding_length=min(max_len_cap, math.ceil(max_len_ratio * longest) + 10))
-        except (RuntimeError, ValueError) as err:  # e.g. a line longer than the position table
-            raise UserError(f"CTranslate2 failed on a batch ({str(err).splitlines()[0][:200]})", str(model_dir)) from None
-        for i, result in zip(chunk, results):
-            out[i] = tgt_tok.decode_pieces(result.hypotheses[0])
-    return out

@@ -29,7 +29,7 @@ Sentence-level scores (``score_sentence``, ``full_scores``, ``perplexity``) foll
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ from attnmt.ngram.corpus import flatten, read_text_corpus, split_words
 from attnmt.ngram.estimate import FALLBACK_DISCOUNTS, OrderTable, kneser_ney
 from attnmt.ngram.query import LN10, NEG, QueryIndex
 from attnmt.ngram.tables import MemoryTables
+from attnmt.progress import progress
 
 __all__ = ["NEG", "NgramLM", "load_ngram"]
 
@@ -226,21 +227,24 @@ class NgramLM:
             batch.clear()
             oov_flags.clear()
 
-        for s in sentences:
-            words = split_words(s) if isinstance(s, str) else list(s)
-            ids = self._sentence_ids(words)
-            flags = [isinstance(w, str) and w not in self.index for w in words] if words and \
-                isinstance(words[0], str) else [int(i) == UNK for i in ids]
-            batch.append(ids)
-            oov_flags.extend(flags)
-            n["words"] += len(ids)
-            n["sentences"] += 1
-            n["oov"] += sum(flags)
-            size += len(ids) + 2
-            if size >= chunk_tokens:
-                flush()
-                size = 0
-        flush()
+        total_lines = len(sentences) if isinstance(sentences, Sized) else 0
+        with progress(total_lines, "ngram", "sentence") as bar:  # a bar only for a command on a terminal
+            for s in sentences:
+                words = split_words(s) if isinstance(s, str) else list(s)
+                ids = self._sentence_ids(words)
+                flags = [isinstance(w, str) and w not in self.index for w in words] if words and \
+                    isinstance(words[0], str) else [int(i) == UNK for i in ids]
+                batch.append(ids)
+                oov_flags.extend(flags)
+                n["words"] += len(ids)
+                n["sentences"] += 1
+                n["oov"] += sum(flags)
+                size += len(ids) + 2
+                if size >= chunk_tokens:
+                    flush()
+                    bar.set(n["sentences"])
+                    size = 0
+            flush()
         if n["sentences"] == 0:
             raise UserError("no sentences to score")
         total = n["words"] + n["sentences"]
@@ -259,16 +263,18 @@ class NgramLM:
         words as <unk>): ``score_sentence`` × ln 10, batched — one query per ``chunk_tokens``."""
         out: list[float] = []
         start = 0
-        while start < len(sentences):
-            chunk, size = [], 0
-            while start + len(chunk) < len(sentences) and (not chunk or size < chunk_tokens):
-                chunk.append(self._sentence_ids(sentences[start + len(chunk)]))
-                size += len(chunk[-1]) + 2
-            flat = torch.from_numpy(flatten(chunk)).to(self._device)
-            ln, _ = self._index().score_positions(flat)  # 0 at each <s>
-            starts = np.cumsum([0] + [len(ids) + 2 for ids in chunk[:-1]])
-            out.extend(np.add.reduceat(ln.double().cpu().numpy(), starts).tolist())
-            start += len(chunk)
+        with progress(len(sentences), "ngram", "sentence") as bar:
+            while start < len(sentences):
+                chunk, size = [], 0
+                while start + len(chunk) < len(sentences) and (not chunk or size < chunk_tokens):
+                    chunk.append(self._sentence_ids(sentences[start + len(chunk)]))
+                    size += len(chunk[-1]) + 2
+                flat = torch.from_numpy(flatten(chunk)).to(self._device)
+                ln, _ = self._index().score_positions(flat)  # 0 at each <s>
+                starts = np.cumsum([0] + [len(ids) + 2 for ids in chunk[:-1]])
+                out.extend(np.add.reduceat(ln.double().cpu().numpy(), starts).tolist())
+                start += len(chunk)
+                bar.update(len(chunk))
         return out
 
     # -- batched torch queries -----------------------------------------------------------------------

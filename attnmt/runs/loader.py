@@ -48,6 +48,14 @@ class Run:
     tgt_tok: Tokenizer | LabelSet
     name: str = ""
     weights: str = ""  # the weights file loaded (ema.safetensors or model.safetensors)
+    raw_unused: bool = False  # raw weights were asked for, but the checkpoint has no EMA ones
+
+    def raw_weights_note(self) -> str | None:
+        """A one-line warning when asking for the raw weights changed nothing (no silent no-ops)."""
+        if not self.raw_unused:
+            return None
+        return (f"--raw-weights (raw_weights=True) has no effect: {self.name} has no EMA weights "
+                "(it was trained without train.ema); its weights are model.safetensors")
 
     @property
     def device(self) -> torch.device:
@@ -204,6 +212,7 @@ def load_run(
     model = model_for(cfg, src_tok, tgt)
     ckpt = find_checkpoint(run_dir, checkpoint)
     path = weights_path(ckpt, raw_weights)
+    raw_unused = raw_weights and path == weights_path(ckpt, False)
     weights = load_weights(path)
     check_vocabulary_sizes(model, weights, run_dir, src_tok, tgt)
     if cfg.task != "classify":
@@ -211,4 +220,4 @@ def load_run(
         model = override(model, cfg, tgt, ngram, alpha)
     load_weights_into(model, weights, str(run_dir))
     model.to(dev).eval()
-    return Run(model, cfg, src_tok, tgt, str(run_dir), path.name)
+    return Run(model, cfg, src_tok, tgt, str(run_dir), path.name, raw_unused)

@@ -49,6 +49,7 @@ from attnmt.serve.guards import (
 )
 
 STATIC = Path(__file__).parent / "static"
+DEFAULTS = SearchOptions()
 
 
 @dataclass
@@ -133,10 +134,12 @@ class TranslateRequest(BaseModel):
     model: str | None = Field(
         None, min_length=1, description="model name from GET /models (default: the first)"
     )
-    beam: int = Field(5, description="beam size; 1 = greedy search")
-    nbest: int = Field(1, description="hypotheses per sentence (at most beam)")
-    length_penalty: float = Field(1.0, description="rank by log p / length^alpha")
-    max_len_ratio: float = Field(2.0, description="output length limit per source token")
+    # the defaults are SearchOptions()'s, as on the command line and in Python (decode/options.py)
+    beam: int = Field(DEFAULTS.beam, description="beam size; 1 = greedy search")
+    nbest: int = Field(DEFAULTS.nbest, description="hypotheses per sentence (at most beam); the first "
+                       "is the translation nbest 1 gives")
+    length_penalty: float = Field(DEFAULTS.length_penalty, description="rank by log p / length^alpha")
+    max_len_ratio: float = Field(DEFAULTS.max_len_ratio, description="output length limit per source token")
     attention: bool = Field(
         False, description="return the attention matrix (target × source pieces)"
     )
@@ -150,8 +153,11 @@ class TranslateRequest(BaseModel):
     sample: str | None = Field(
         None, description="topk=K or topp=P: sample each translation instead of beam search"
     )
-    temperature: float = Field(1.0, description="with sample: softmax(logits / temperature)")
+    temperature: float = Field(DEFAULTS.temperature, description="with sample: softmax(logits / temperature)")
     seed: int | None = Field(None, description="with sample: random seed (reproducible outputs)")
+
+
+SEARCH_FIELDS = ("beam", "nbest", "length_penalty", "max_len_ratio", "sample", "temperature", "seed")
 
 
 class Line(NamedTuple):
@@ -189,6 +195,7 @@ class TranslateResponse(BaseModel):
     batch_sentences: int = Field(
         description="sentences decoded in the same call (dynamic batching)"
     )
+    precision: str = Field(description="of the search products: bf16 or float32")
     time_ms: float
 
 
@@ -199,6 +206,8 @@ class ModelInfo(BaseModel):
     src: str
     tgt: str
     tokenizer: str
+    type: str = Field(description="model family: lstm or transformer")
+    description: str = Field(description="the architecture in words, as the web page shows it")
     layers: int
     hidden: int
     attention: str
@@ -206,6 +215,27 @@ class ModelInfo(BaseModel):
     has_attention: bool
     device: str
     precision: str = Field(description="of the search products: bf16 or float32")
+    max_beam: int = Field(description="the largest beam (and n-best) a request may ask for")
+
+
+def describe_model(cfg) -> str:
+    """A run's architecture in a line: "Transformer, 2 layers, d 64, 4 heads, feed-forward 256,
+    pre-norm, sinusoidal positions" or "LSTM, 2 × 64, global attention (general), input feeding"."""
+    m = cfg.model
+    if m.type == "transformer":
+        text = (f"Transformer, {m.layers} layer{'s' if m.layers != 1 else ''}, d {m.hidden}, {m.heads} heads, "
+                f"feed-forward {m.ff}, {m.norm}-norm, {m.positions} positions")
+        kinds = {"encoder self": m.enc_self_attention, "decoder self": m.dec_self_attention,
+                 "cross": m.cross_attention}
+        variants = [f"{kind}-attention {v}" for kind, v in kinds.items() if v != "standard"]
+        return text + "".join(f", {v}" for v in variants)
+    text = f"LSTM, {m.layers} × {m.hidden}{', bidirectional encoder' if m.bidirectional else ''}"
+    if m.attention == "none":
+        return text + ", no attention"
+    text += f", {m.attention} attention ({m.score})"
+    if m.attention.startswith("local"):
+        text += f", window {m.window}"
+    return text + (", input feeding" if m.input_feed else "")
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -266,12 +296,13 @@ def _request_options(req: TranslateRequest, served: ServedModel, limits: Limits)
     """The request's SearchOptions, validated by decode/options.py (422 naming the field)."""
     if not 1 <= req.beam <= limits.max_beam:  # the server's own limit, below the search's
         raise HTTPException(422, f"beam: must be between 1 and {limits.max_beam}, got {req.beam}")
+    # only what the request sets changes the server's options, so a setting that does nothing
+    # (beam with sample, temperature without it) is refused as on the command line
+    given = {name: getattr(req, name) for name in SEARCH_FIELDS if name in req.model_fields_set}
     try:
         return served.options.with_(
-            beam=req.beam, nbest=req.nbest, length_penalty=req.length_penalty,
-            max_len_ratio=req.max_len_ratio, with_attention=req.attention or req.alignment,
-            sample=req.sample, temperature=req.temperature, seed=req.seed,
-            batch_size=min(limits.max_batch, BATCH_LIMIT),
+            with_attention=req.attention or req.alignment,
+            batch_size=min(limits.max_batch, BATCH_LIMIT), **given,
         )
     except UserError as err:
         raise HTTPException(422, str(err)) from None
@@ -447,6 +478,8 @@ def create_app(
                     src=cfg.data.src,
                     tgt=cfg.data.tgt,
                     tokenizer=cfg.data.tokenizer,
+                    type=cfg.model.type,
+                    description=describe_model(cfg),
                     layers=cfg.model.layers,
                     hidden=cfg.model.hidden,
                     # an LSTM's attention and score; a Transformer's cross-attention variant
@@ -455,6 +488,7 @@ def create_app(
                     has_attention=bool(getattr(m.translator.model, "has_attention", False)),
                     device=str(m.translator.device),
                     precision=m.precision,
+                    max_beam=limits.max_beam,
                 )
             )
         return infos
@@ -521,6 +555,7 @@ def create_app(
             model=served.name,
             translations=out,
             batch_sentences=job.batch_sentences,
+            precision=next((h.precision for hyps in results for h in hyps if h.precision), served.precision),
             time_ms=round((time.perf_counter() - start) * 1000, 2),
         ).model_dump_json(exclude_none=True).encode("utf-8")
         if len(body) > bound:  # the budget's arithmetic is wrong: never send more than it said

@@ -124,8 +124,9 @@ def translate_lines(model: torch.nn.Module, cfg: Config, src_tok, tgt_tok, devic
     try:
         translator = Translator(model, cfg, src_tok, tgt_tok, device)
         # at_cap="keep": an early model that babbles to the length cap still gets a score
+        # precision=None: the model as training left it, whatever the CPU (no bfloat16 switch)
         results = translator.translate(sources, beam=beam, nbest=1, batch_size=64,
-                                       with_attention=with_attention, at_cap="keep")
+                                       with_attention=with_attention, at_cap="keep", precision=None)
     finally:
         model.train(was_training)
     return [r[0] if r else Translation("", 0.0, [], []) for r in results]  # [] : a blank line

@@ -31,11 +31,30 @@ async function loadModels() {
   describeModel();
 }
 
+// The server describes each model (GET /models: its family, layers, attention), and its limits.
 function describeModel() {
   const m = models.find((x) => x.name === $("model").value);
   $("model-info").textContent = m
-    ? `${m.layers}×${m.hidden} LSTM, attention ${m.attention}${m.attention === "none" ? "" : "/" + m.score}, ${m.tokenizer} tokens`
+    ? `${m.description}; ${m.tokenizer} tokens; search in ${m.precision} on ${m.device}`
     : "";
+  if (m) $("beam").max = m.max_beam;
+  limitNbest();
+}
+
+function limitNbest() {
+  const beam = Math.max(1, Number($("beam").value) || 1);
+  $("nbest").max = beam;
+  if (Number($("nbest").value) > beam) $("nbest").value = beam;
+}
+
+// One line for every sentence, or one line per sentence; null when all are empty.
+function perSentence(text, count, name) {
+  const lines = text.split("\n").map((s) => s.trim());
+  while (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+  if (lines.every((s) => s === "")) return null;
+  if (lines.length === 1) return new Array(count).fill(lines[0]);
+  if (lines.length === count) return lines;
+  throw new Error(`${name}: ${lines.length} lines for ${count} sentences; give one line for all, or one per sentence`);
 }
 
 async function translate(event) {
@@ -43,6 +62,19 @@ async function translate(event) {
   const sentences = $("source").value.split("\n").map((s) => s.trim()).filter((s) => s.length > 0);
   if (sentences.length === 0) {
     showError("Type a sentence first.");
+    return;
+  }
+  const request = {
+    sentences, model: $("model").value, beam: Number($("beam").value) || 1,
+    nbest: Number($("nbest").value) || 1, attention: true,
+  };
+  try {
+    const prefix = perSentence($("prefix").value, sentences.length, "Starts with");
+    const must = perSentence($("constraints").value, sentences.length, "Must contain");
+    if (prefix) request.prefix = prefix;
+    if (must) request.constraints = must.map((line) => line.split(";").map((p) => p.trim()).filter((p) => p));
+  } catch (err) {
+    showError(err.message);
     return;
   }
   showError("");
@@ -53,9 +85,7 @@ async function translate(event) {
     const response = await fetch("/translate", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({
-        sentences, model: $("model").value, beam: Number($("beam").value) || 1, attention: true,
-      }),
+      body: JSON.stringify(request),
     });
     const body = await response.json();
     if (!response.ok) {
@@ -64,7 +94,7 @@ async function translate(event) {
       return;
     }
     results = body.translations;
-    $("status").textContent = `${body.model}: ${body.time_ms.toFixed(0)} ms`;
+    $("status").textContent = `${body.model}: ${body.time_ms.toFixed(0)} ms, ${body.precision}`;
     renderResults();
   } catch (err) {
     showError("request failed: " + err);
@@ -80,16 +110,34 @@ function renderResults() {
   results.forEach((r, i) => {
     const item = document.createElement("li");
     item.className = "translation";
-    item.textContent = r.text + " ";
-    const score = document.createElement("span");
-    score.className = "score";
-    score.textContent = `score ${r.score.toFixed(3)}`;
-    item.appendChild(score);
-    item.addEventListener("click", () => select(i));
+    item.appendChild(scored(r.text, r.score));
+    item.addEventListener("click", () => select(i, 0));
+    if (r.hypotheses.length > 1) {  // n-best: every hypothesis, best first, each with its attention
+      const alternatives = document.createElement("ol");
+      alternatives.className = "nbest";
+      r.hypotheses.forEach((h, k) => {
+        const hyp = document.createElement("li");
+        hyp.className = "hyp";
+        hyp.appendChild(scored(h.text, h.score));
+        hyp.addEventListener("click", (event) => { event.stopPropagation(); select(i, k); });
+        alternatives.appendChild(hyp);
+      });
+      item.appendChild(alternatives);
+    }
     list.appendChild(item);
   });
   $("results").hidden = results.length === 0;
-  select(0);
+  select(0, 0);
+}
+
+function scored(text, value) {
+  const span = document.createElement("span");
+  span.textContent = text + " ";
+  const score = document.createElement("span");
+  score.className = "score";
+  score.textContent = value === null || value === undefined ? "" : `score ${value.toFixed(3)}`;
+  span.appendChild(score);
+  return span;
 }
 
 // Word-level attention: average over a target word's pieces, sum over a source word's pieces.
@@ -131,10 +179,13 @@ function wordSpans(container, words, kind) {
   });
 }
 
-function select(i) {
-  document.querySelectorAll("#translations li").forEach((li, j) => li.classList.toggle("selected", i === j));
+function select(i, k) {
+  document.querySelectorAll("#translations > li").forEach((li, j) => {
+    li.classList.toggle("selected", i === j);
+    li.querySelectorAll("li.hyp").forEach((hyp, m) => hyp.classList.toggle("selected", i === j && m === k));
+  });
   const r = results[i];
-  const h = r && r.hypotheses[0];
+  const h = r && r.hypotheses[k];
   if (!h || !h.attention) {
     $("view").hidden = true;
     return;
@@ -227,6 +278,7 @@ function select(i) {
 
 $("form").addEventListener("submit", translate);
 $("model").addEventListener("change", describeModel);
+$("beam").addEventListener("input", limitNbest);
 $("source").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) translate(e);
 });
