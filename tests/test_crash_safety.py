@@ -242,3 +242,55 @@ def test_a_second_ctrl_c_stops_at_once():
     assert trainer.stop_requested
     with pytest.raises(KeyboardInterrupt):  # main() turns it into exit status 130
         handler(signal.SIGINT, None)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of a few hundred KiB (as root), for a disk that fills up while training; skipped
+    where mounting is not allowed."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=480k", "tmpfs", str(where)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield where
+    subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_disk_that_fills_up_while_checkpointing_is_one_line_and_resume_is_exact(tiny_corpus, tmp_path,
+                                                                                   small_disk):
+    """Checkpoints every update on a disk with room for a few: a one-line error, no checkpoint
+    that looks complete and is not, LAST loadable; moved to a larger disk, --resume ends with the
+    weights of an uninterrupted run."""
+    import shutil
+
+    from attnmt.config import load_config
+    from attnmt.train.data import prepare_data
+
+    prepared = tmp_path / "first"
+    prepare_data(load_config(tiny_corpus.config), prepared)  # the corpus off the small disk
+    extra = [f"data.prepared={prepared}/data", "train.save_every=1", f"train.max_steps={STEPS}",
+             "train.epochs=3", "train.log_every=1"]
+    run = small_disk / "run"
+    proc = _start(tiny_corpus.config, run, extra)
+    out, err = proc.communicate(timeout=300)
+    lines = err.decode().strip().splitlines()
+    errors = [x for x in lines if x.startswith("attnmt: error:")]
+    assert proc.returncode == 2 and "Traceback" not in err.decode(), err.decode()[-2000:]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and lines[-1] == errors[0]
+    last = find_checkpoint(run, "last")
+    killed_at = int(last.name.split("-")[1])
+    assert 1 <= killed_at < STEPS
+    for d in (run / "checkpoints").iterdir():
+        if d.name.startswith("step-"):
+            load_weights(d / "model.safetensors")
+            load_trainer_state(d)
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    summary = _inprocess(None, moved, [], resume=True)
+    assert summary["step"] == STEPS
+    reference = tmp_path / "reference"
+    _inprocess(str(tiny_corpus.config), reference, extra, resume=False)
+    a = load_weights(find_checkpoint(moved, "last") / "model.safetensors")
+    b = load_weights(find_checkpoint(reference, "last") / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -115,8 +115,7 @@ def _encode(job: Job) -> dict:
         tok = _tokenizer(job.work, side, job.lowercase)
         ids[side] = tok.encode_many([lines[k] for k in todo.tolist()])
         lengths[side] = np.fromiter(map(len, ids[side]), np.int64, count=len(todo))
-    candidate = np.ones(len(todo), bool)
-    sub = np.zeros(len(todo), np.uint8)
+    sub = np.zeros(len(todo), np.uint8)  # why each encoded pair goes (0: it stays)
     for side in texts:
         sub[lengths[side] == 0] = 1
     if second is not None:

@@ -16,6 +16,7 @@ never a truncated one. The newest ``keep`` checkpoints (and BEST) are kept.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -130,15 +131,23 @@ def save_checkpoint(
     tmp = ckpt_root / f".{name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_file(state_dict_for_saving(model), str(tmp / "model.safetensors"))
-    for file_name, weights in (extra_weights or {}).items():
-        save_file(weights, str(tmp / file_name))
-    if trainer_state is not None:
-        torch.save(trainer_state, tmp / "trainer.pt")
-    for f in tmp.iterdir():
-        with open(f, "rb") as fh:
-            os.fsync(fh.fileno())
+    try:
+        tmp.mkdir()
+        save_file(state_dict_for_saving(model), str(tmp / "model.safetensors"))
+        for file_name, weights in (extra_weights or {}).items():
+            save_file(weights, str(tmp / file_name))
+        if trainer_state is not None:
+            torch.save(trainer_state, tmp / "trainer.pt")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    except Exception as err:  # safetensors and torch.save report a full disk in their own types
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = write_failure(err, ckpt_root)
+        if why is None:
+            raise
+        raise UserError(f"checkpoint {name} cannot be written ({why}); LAST is still the one "
+                        "before it (--resume continues from there once there is room)", str(ckpt_root)) from None
     if final.exists():
         # Re-saving a step (e.g. the final checkpoint right after an epoch-end one): move the old
         # directory aside with one atomic rename instead of deleting it in place, so a kill never
@@ -157,6 +166,23 @@ def save_checkpoint(
         _write_pointer(ckpt_root / "BEST", name)
     _prune(ckpt_root, keep)
     return final
+
+
+def write_failure(err: BaseException, where: Path) -> str | None:
+    """Why writing under ``where`` failed, if the disk is the reason (full, read-only, no
+    permission): the reason in words; None for any other error."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                                  errno.EFBIG, errno.EIO):
+        return err.strerror or str(err)
+    text = str(err)
+    if "No space left" in text or "StorageFull" in text or "code: 28" in text:
+        return "No space left on device"
+    try:
+        if shutil.disk_usage(where).free < 1 << 20:
+            return "No space left on device"
+    except OSError:
+        pass
+    return None
 
 
 def _prune(ckpt_root: Path, keep: int) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from attnmt.config import Config
 from attnmt.data.batching import Batch, Batches
+from attnmt.errors import UserError
 from attnmt.jsonio import dumps
 from attnmt.kernels import dispatch
 from attnmt.models.common import token_loss  # noqa: F401  (attnmt.train.training.token_loss)
@@ -74,8 +75,11 @@ class Trainer:
         if not self.dist.main:
             return
         record = {"time": round(time.time(), 3), **record}
-        with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(dumps(record) + "\n")  # valid JSON: an infinite best_ppl is null
+        try:
+            with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
+                f.write(dumps(record) + "\n")  # valid JSON: an infinite best_ppl is null
+        except OSError as err:
+            raise UserError(f"cannot be written ({err.strerror or err})", str(self.run_dir / "log.jsonl")) from None
         if self.tensorboard is not None:  # a mirror of the log's numbers
             self.tensorboard.record(record)
 
