@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,7 @@ class Trainer:
     def train(self) -> dict:
         self.updater.start_row_processes()  # before any thread starts: a fork copies only this one
         try:
-            return self._train()
+            return self._finish(self._train())
         finally:
             self.close()
 
@@ -161,53 +161,49 @@ class Trainer:
         for line in dispatch.fallbacks(paths):
             self.say(line)
 
-    def _train(self) -> dict:
+    def _train(self) -> str:
+        """The updates, until what ends the run: "epochs", "budget", "patience" or "signal"."""
         t, s = self.cfg.train, self.state
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with suppress(ValueError):  # not the main thread (e.g. inside a test runner thread)
                 signal.signal(sig, stop_handler(self))
-            except ValueError:  # not the main thread (e.g. inside a test runner thread)
-                pass
         self._start()
         self.steps_per_epoch = len(self._epoch_batches()) // max(t.accumulate, 1)
         bar = Bar(self._progress(), self.dist.main)
         window = [0.0, 0, 0.0]  # loss, tokens, seconds since the last log record
-        finished = "epochs"
-        while s.epoch <= t.epochs:
-            batches = self._epoch_batches()
-            groups = range(0, len(batches), t.accumulate)
-            while s.batch_in_epoch < len(groups):
-                patience = s.tracker.patience_spent(t.patience)
-                if self.dist.agree(self.stop_requested or self._out_of_budget() or patience, self.device):
-                    finished = "signal" if self.stop_requested else ("patience" if patience else "budget")
-                    break
-                first = groups[s.batch_in_epoch]
-                step_batches = [self.data.train.collate(batches[k], s.epoch, k)
-                                for k in range(first, min(first + t.accumulate, len(batches)))]
-                start = time.perf_counter()
-                loss, tokens = self.train_step(step_batches)
-                took = time.perf_counter() - start
-                s.elapsed += took
-                s.batch_in_epoch += 1
-                s.tokens += tokens * self.dist.world
-                window = [window[0] + loss, window[1] + tokens, window[2] + took]
-                bar.advance(self._progress())
-                if s.step % t.log_every == 0 or s.step == 1:
-                    self._report(bar, *window)
-                    window = [0.0, 0, 0.0]
-                if t.valid_every and s.step % t.valid_every == 0:
-                    self.validate()
-                elif t.save_every and s.step % t.save_every == 0:
-                    self.checkpoint()
-            else:
+        try:  # the bar is closed before anything else is said (an error, the final validation)
+            while s.epoch <= t.epochs:
+                batches = self._epoch_batches()
+                groups = range(0, len(batches), t.accumulate)
+                while s.batch_in_epoch < len(groups):
+                    patience = s.tracker.patience_spent(t.patience)
+                    if self.dist.agree(self.stop_requested or self._out_of_budget() or patience, self.device):
+                        return "signal" if self.stop_requested else ("patience" if patience else "budget")
+                    first = groups[s.batch_in_epoch]
+                    step_batches = [self.data.train.collate(batches[k], s.epoch, k)
+                                    for k in range(first, min(first + t.accumulate, len(batches)))]
+                    start = time.perf_counter()
+                    loss, tokens = self.train_step(step_batches)
+                    took = time.perf_counter() - start
+                    s.elapsed += took
+                    s.batch_in_epoch += 1
+                    s.tokens += tokens * self.dist.world
+                    window = [window[0] + loss, window[1] + tokens, window[2] + took]
+                    bar.advance(self._progress())
+                    if s.step % t.log_every == 0 or s.step == 1:
+                        self._report(bar, *window)
+                        window = [0.0, 0, 0.0]
+                    if t.valid_every and s.step % t.valid_every == 0:
+                        self.validate()
+                    elif t.save_every and s.step % t.save_every == 0:
+                        self.checkpoint()
                 s.epoch += 1
                 s.batch_in_epoch = 0
                 if not t.valid_every:
                     self.validate() if self.data.dev_tgt else self.checkpoint()
-                continue
-            break
-        bar.close()
-        return self._finish(finished)
+            return "epochs"
+        finally:
+            bar.close()
 
     def _report(self, bar: Bar, loss: float, tokens: int, seconds: float) -> None:
         s = self.state
