@@ -66,6 +66,7 @@ class DataConfig:
     max_ratio: float = 0.0  # > 0: drop pairs whose longer side is over this times the shorter
     drop_identical: bool = False  # drop pairs whose source and target are the same text
     tokenizer_sample: int = 2_000_000  # sentences per side the tokenizers learn from
+    tokenizer_sample_chars: int = 64_000_000  # ... and characters (sentencepiece's memory); 0 = no cap
 
 
 # -- model: one config per family; ``model.type`` picks it ---------------------------------------
@@ -692,7 +693,7 @@ BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
         "model.window", "model.sigma", "model.window_temperature", "train.decay_start", "train.warmup",
         "train.clip", "train.init_uniform", "train.max_time", "train.max_steps", "train.valid_every",
         "train.save_every", "train.threads", "train.row_groups", "ngram.anneal_steps",
-        "train.valid_max_sentences", "train.patience", "data.max_ratio")],
+        "train.valid_max_sentences", "train.patience", "data.max_ratio", "data.tokenizer_sample_chars")],
     *[(k, lambda v: v >= 5, "at least 5 (4 special tokens + 1)") for k in (
         "data.src_vocab_size", "data.tgt_vocab_size")],
     ("train.lr", lambda v: v > 0, "> 0"),

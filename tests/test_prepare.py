@@ -269,3 +269,16 @@ def test_an_ngram_from_the_prepared_ids_is_the_one_from_the_text(corpus, tmp_pat
                            str(tmp_path / "p"), "--arpa", str(tmp_path / "c.arpa")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "c.arpa").read_bytes() == (tmp_path / "a.arpa").read_bytes()
+
+
+def test_the_tokenizer_sample_is_capped_by_characters_and_the_manifest_says_so(corpus, tmp_path):
+    """sentencepiece's trainer needs memory by the character: a seeded random subset within
+    --sample-chars, the same every time."""
+    root, _ = corpus
+    runs = [prepare(spec_for(root, sample_chars=2000, tokenizer="bpe", src_vocab_size=40, tgt_vocab_size=40),
+                    tmp_path / name, say=lambda line: None) for name in ("a", "b")]
+    sample = runs[0]["tokenizers"]["src"]["sample"]
+    assert sample["characters"] <= 2000 < sum(len(s) for s, t in corpus[1] if s.strip() and t.strip())
+    assert "2,000 characters" in sample["method"] and sample["limit_chars"] == 2000
+    assert (tmp_path / "a" / "train.src.ids.npy").read_bytes() == (tmp_path / "b" / "train.src.ids.npy").read_bytes()
+    assert set(runs[0]["phase_seconds"]) == {"index", "tokenizers", "encode"}

@@ -251,6 +251,9 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
                    help="drop training pairs whose source and target are the same text")
     p.add_argument("--sample", type=int, help="sentences per side the tokenizers learn from "
                    "(default 2000000; a larger corpus is sampled at random)")
+    p.add_argument("--sample-chars", type=int, help="and at most this many characters of them "
+                   "(default 64000000: sentencepiece's unigram trainer needs ~21 bytes a character; "
+                   "0: no cap)")
     p.add_argument("--seed", type=int, help="seed of the tokenizer sample (default 1)")
     p.add_argument("--keep-text", action="store_true", default=None,
                    help="keep the training text too (data.spm_alpha samples from it)")
@@ -275,8 +278,8 @@ def run_prepare(args: argparse.Namespace) -> int:
                         ("--tgt-vocab-size", spec.tgt_vocab_size)):
         if value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
-    if spec.max_len < 0 or spec.max_ratio < 0 or args.workers < 0:
-        raise UserError("--max-len, --max-ratio and --workers must be >= 0")
+    if spec.max_len < 0 or spec.max_ratio < 0 or spec.sample_chars < 0 or args.workers < 0:
+        raise UserError("--max-len, --max-ratio, --sample-chars and --workers must be >= 0")
     spec.workers = args.workers
     t0 = time.time()
     manifest = prepare(spec, args.out, force=args.force, progress=sys.stderr.isatty())
@@ -309,7 +312,8 @@ def _prepare_spec(args: argparse.Namespace):
                         ("tgt_vocab_size", args.tgt_vocab_size or args.vocab_size),
                         ("lowercase", args.lowercase), ("max_len", args.max_len),
                         ("max_ratio", args.max_ratio), ("drop_identical", args.drop_identical),
-                        ("sample", args.sample), ("seed", args.seed), ("keep_text", args.keep_text)):
+                        ("sample", args.sample), ("sample_chars", args.sample_chars), ("seed", args.seed),
+                        ("keep_text", args.keep_text)):
         if value is not None:
             setattr(spec, name, value)
     spec.given.update({side: path for side, path in (("src", args.src_spm), ("tgt", args.tgt_spm)) if path})

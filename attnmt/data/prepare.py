@@ -49,6 +49,9 @@ FORMAT = "attnmt-prepared"
 VERSION = 1
 MANIFEST = "manifest.json"
 SAMPLE = 2_000_000  # tokenizer training sentences per side
+# ... and characters: sentencepiece's unigram trainer holds ~21 bytes per character of its input
+# (its suffix array), so 64 M characters keep it near 1.4 GB whatever the sentences' length
+SAMPLE_CHARS = 64_000_000
 FILTERS = ("empty", "identical", "too_long", "ratio")
 
 
@@ -70,6 +73,7 @@ class PrepareSpec:
     max_ratio: float = 0.0  # 0: no ratio filter
     drop_identical: bool = False
     sample: int = SAMPLE
+    sample_chars: int = SAMPLE_CHARS
     seed: int = 1
     keep_text: bool = False
     workers: int = 0  # 0: one per core
@@ -183,6 +187,7 @@ def _json(value):
 
 # -- the steps ------------------------------------------------------------------------------------
 def _prepare(spec: PrepareSpec, work: Path, say, progress: bool) -> dict:
+    start = time.perf_counter()
     indexes = {split: [[S.index_file(p) for p in c.paths] for c in corpora]
                for split, corpora in (("train", spec.train), ("dev", spec.dev))}
     for corpora, files in zip((spec.train, spec.dev), indexes.values()):
@@ -190,7 +195,9 @@ def _prepare(spec: PrepareSpec, work: Path, say, progress: bool) -> dict:
             if len(idx) == 2 and idx[0].lines != idx[1].lines:
                 raise UserError(f"line counts differ: {idx[0].path} has {idx[0].lines} lines, "
                                 f"{idx[1].path} has {idx[1].lines}")
+    took = {"index": time.perf_counter()}
     sample_info = {side: train_tokenizer(spec, side, indexes["train"], work) for side in spec.sides()}
+    took["tokenizers"] = time.perf_counter()
     toks = {side: load_tokenizer(work, side, spec.lowercase) for side in spec.sides()}
     dtype = id_dtype(max(len(t) for t in toks.values()))
     from attnmt.data.encode import encode_split  # the workers' side
@@ -202,6 +209,10 @@ def _prepare(spec: PrepareSpec, work: Path, say, progress: bool) -> dict:
             say(_summary(split, splits[split], spec))
     if not splits["train"]["pairs"]:
         raise UserError("no training pair is left after the filters", spec.train[0].paths[0])
+    took["encode"] = time.perf_counter()
+    phases = {"index": round(took["index"] - start, 1),
+              "tokenizers": round(took["tokenizers"] - took["index"], 1),
+              "encode": round(took["encode"] - took["tokenizers"], 1)}
     return {
         "format": FORMAT, "version": VERSION, "task": spec.task, "src": spec.src, "tgt": spec.tgt,
         "dtype": dtype.name, "settings": _json(spec.settings()),
@@ -210,7 +221,7 @@ def _prepare(spec: PrepareSpec, work: Path, say, progress: bool) -> dict:
                        for side in spec.sides()},
         "filters": {"max_len": spec.max_len, "max_ratio": spec.max_ratio,
                     "drop_identical": spec.drop_identical},
-        "splits": splits,
+        "splits": splits, "phase_seconds": phases,
         "files": {split: [[i.record() for i in idx] for idx in indexes[split]] for split in indexes},
     }
 
@@ -246,7 +257,8 @@ def train_tokenizer(spec: PrepareSpec, side: str, indexes, work: Path) -> dict:
     lang = spec.src if side == "src" else spec.tgt
     tok = build_tokenizer(spec.tokenizer, lines, size, lang, work / f"{side}.spm", spec.lowercase)
     tok.save(work, side)
-    return {"sentences": len(lines), "method": how, "limit": spec.sample, "seed": spec.seed}
+    return {"sentences": len(lines), "characters": sum(map(len, lines)), "method": how,
+            "limit": spec.sample, "limit_chars": spec.sample_chars, "seed": spec.seed}
 
 
 def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: Path,
@@ -261,7 +273,21 @@ def build_tokenizer(kind: str, lines: list[str], size: int, lang: str, prefix: P
 
 def tokenizer_sample(spec: PrepareSpec, side: str, indexes) -> tuple[list[str], str]:
     """The lines ``side``'s tokenizer learns from (data/sources.py's docstring) and how they
-    were chosen."""
+    were chosen: at most ``spec.sample`` of them, then a seeded random subset (in order) within
+    ``spec.sample_chars`` characters."""
+    lines, how = _sampled_lines(spec, side, indexes)
+    total = sum(map(len, lines))
+    if spec.sample_chars and total > spec.sample_chars:
+        rng = np.random.default_rng([spec.seed, 7])
+        order = rng.permutation(len(lines))
+        within = np.cumsum(np.fromiter((len(lines[i]) for i in order), np.int64, count=len(order)))
+        keep = np.sort(order[: int(np.searchsorted(within, spec.sample_chars, side="right"))])
+        lines = [lines[i] for i in keep.tolist()]
+        how += f", {spec.sample_chars:,} characters of them at random"
+    return lines, how
+
+
+def _sampled_lines(spec: PrepareSpec, side: str, indexes) -> tuple[list[str], str]:
     total = sum(idx[0].lines for idx in indexes)
     column = 0 if spec.task == "lm" or side == "src" else 1
     if total <= spec.sample:

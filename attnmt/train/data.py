@@ -195,7 +195,7 @@ def spec_from_config(cfg: Config, given: dict[str, str] | None = None, corpora: 
         src_vocab_size=d.src_vocab_size, tgt_vocab_size=d.tgt_vocab_size, given={**files, **(given or {})},
         lowercase=d.lowercase, max_len=d.max_len if cfg.task == "translate" else 0,
         max_ratio=d.max_ratio, drop_identical=d.drop_identical, sample=d.tokenizer_sample,
-        seed=cfg.train.seed, keep_text=d.spm_alpha > 0)
+        sample_chars=d.tokenizer_sample_chars, seed=cfg.train.seed, keep_text=d.spm_alpha > 0)
 
 
 def _tokenizer_file(folder: Path, side: str) -> Path | None:
