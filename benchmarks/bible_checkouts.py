@@ -1,6 +1,6 @@
 """The Bible race's training in two checkouts of attnmt: the same losses, and the tokens/s.
 
-    python benchmarks/bible_checkouts.py --checkouts OLD,NEW --data data/bible --spm-dir exp/race-tf/data
+    python benchmarks/bible_checkouts.py --checkouts OLD,NEW --data data/bible [--spm-dir exp/race-tf/data]
         [--config configs/race-transformer.yaml] [--steps 300] [--rounds 2] [--threads 2] [--set K=V ...]
 
 Each round trains ``--config`` on ``DATA/train.{en,es}`` (the sentencepiece models of ``--spm-dir``:
@@ -8,7 +8,7 @@ Each round trains ``--config`` on ``DATA/train.{en,es}`` (the sentencepiece mode
 time, the order rotated each round, with its own ``attnmt`` (the checkout's folder first on
 PYTHONPATH). From each run's log.jsonl: the loss of every logged update (``same_losses``: the
 checkouts trained on the same batches to the same numbers) and the steady target tokens/s after
-the first 50 updates. Prints one JSON line per run and a summary line per checkout (median
+the first 50 updates (with ``--steps`` at least 100). Prints one JSON line per run and a summary line per checkout (median
 tokens/s, and the ratio to the first checkout's).
 """
 
@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def train(checkout: Path, args, out: Path) -> dict:
     sets = [f"data.train={Path(args.data).resolve()}/train", "data.dev=",
-            f"data.src_spm={Path(args.spm_dir).resolve()}/spm.en.model",
-            f"data.tgt_spm={Path(args.spm_dir).resolve()}/spm.es.model",
-            f"train.max_steps={args.steps}", "train.log_every=25", f"train.threads={args.threads}",
-            *args.set]
+            f"train.max_steps={args.steps}", "train.log_every=25", f"train.threads={args.threads}", *args.set]
+    if args.spm_dir:  # the race's given models; without, each checkout learns the config's own
+        sets += [f"data.src_spm={Path(args.spm_dir).resolve()}/spm.en.model",
+                 f"data.tgt_spm={Path(args.spm_dir).resolve()}/spm.es.model"]
     cmd = [sys.executable, "-m", "attnmt", "train", str((checkout / args.config).resolve()), "--out", str(out)]
     for s in sets:
         cmd += ["--set", s]
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkouts", required=True, help="comma-separated attnmt checkouts")
     p.add_argument("--data", default=str(ROOT / "data/bible"), help="folder with train.{en,es}")
-    p.add_argument("--spm-dir", required=True, help="folder with spm.{en,es}.model")
+    p.add_argument("--spm-dir", help="folder with spm.{en,es}.model (default: the config's tokenizers, "
+                   "learnt by each run)")
     p.add_argument("--config", default="configs/race-transformer.yaml", help="config, relative to a checkout")
     p.add_argument("--steps", type=int, default=300, help="updates per run")
     p.add_argument("--rounds", type=int, default=2, help="runs per checkout")
