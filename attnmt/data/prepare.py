@@ -301,8 +301,15 @@ def _sampled_lines(spec: PrepareSpec, side: str, indexes) -> tuple[list[str], st
                           if s.strip() and t.strip()]
         return lines, "all lines"
     rng = np.random.default_rng([spec.seed, column])
-    sizes = np.array([idx[0].size for idx in indexes], np.float64)
-    counts = rng.multinomial(spec.sample, sizes / sizes.sum())
+    files = [idx[0] if source.tsv or len(idx) == 1 else idx[column]
+             for source, idx in zip(spec.train, indexes)]
+    sizes = np.array([f.size for f in files], np.float64)
+    count = spec.sample
+    if spec.sample_chars:  # about the lines the character cap keeps: their bytes (≥ characters)
+        # say how many, a TSV line holding both sides
+        chars = sum(f.size / (2 if source.tsv else 1) for f, source in zip(files, spec.train))
+        count = min(count, int(1.2 * spec.sample_chars * total / max(chars, 1)) + 1)
+    counts = rng.multinomial(count, sizes / sizes.sum())
     lines = []
     for source, count in zip(spec.train, counts.tolist()):
         if not count:
