@@ -312,7 +312,8 @@ def onmt_reports(log: Path) -> list[tuple[float, int]]:
     return out
 
 
-def lm_side(domains: Path, words: int, out: Path, steps: int, threads: int) -> list[dict]:
+def lm_side(domains: Path, words: int, out: Path, steps: int, threads: int,
+            parts: set[str]) -> list[dict]:
     env = attnmt_env(threads)
     text = make_lm_text(domains, words, out / f"lm-{words}")
     prep = out / f"lm-{words}" / "prep"
@@ -323,25 +324,36 @@ def lm_side(domains: Path, words: int, out: Path, steps: int, threads: int) -> l
                            "--tokenizer", "unigram", "--vocab-size", "16000", "--out", str(prep), "--force"], log, env),
                  "attnmt data prepare (lm)", log)
         rows.append({"side": "attnmt", "what": "lm prepare", "seconds": r["seconds"], "peak_gb": r["peak_gb"]})
+    if "train" in parts:
+        rows += lm_train(prep, out, steps, env)
+    if "ngram" in parts:
+        rows += lm_ngram(prep, out / f"lm-{words}", out, env)
+    return rows
+
+
+def lm_train(prep: Path, out: Path, steps: int, env: dict) -> list[dict]:
     run = out / "run-lm"
     shutil.rmtree(run, ignore_errors=True)
     cmd = [sys.executable, "-m", "attnmt", "train", str(ROOT / "configs/lm-lstm.yaml"), "--out", str(run)]
-    for s in (f"data.prepared={prep}", f"train.max_steps={steps}", "train.log_every=1", f"train.threads={threads}",
+    for s in (f"data.prepared={prep}", f"train.max_steps={steps}", "train.log_every=1",
+              f"train.threads={env['OMP_NUM_THREADS']}",
               "train.epochs=1000", "data.dev="):
         cmd += ["--set", s]
     log = out / "lm-train.log"
     r = must(measured(cmd, log, env), "attnmt train (lm)", log)
     records = attnmt_progress(run)
-    rows.append({"side": "attnmt", "what": "lm train", "seconds": r["seconds"], "peak_gb": r["peak_gb"],
-                 "first_update_s": round(records[0]["time"] - r["start"], 1) if records else None})
+    return [{"side": "attnmt", "what": "lm train", "seconds": r["seconds"], "peak_gb": r["peak_gb"],
+             "first_update_s": round(records[0]["time"] - r["start"], 1) if records else None}]
+
+
+def lm_ngram(prep: Path, work: Path, out: Path, env: dict) -> list[dict]:
     log = out / "lm-ngram.log"
-    binary = out / f"lm-{words}" / "5gram.bin"
+    binary = work / "5gram.bin"
     r = must(measured([sys.executable, "-m", "attnmt", "ngram", "build", "--order", "5", "--prepared", str(prep),
                        "--binary", str(binary), "--memory", "10G", "--temp", str(out)], log, env),
              "attnmt ngram build", log)
-    rows.append({"side": "attnmt", "what": "5-gram from the prepared ids", "seconds": r["seconds"],
-                 "peak_gb": r["peak_gb"]})
-    return rows
+    return [{"side": "attnmt", "what": "5-gram from the prepared ids", "seconds": r["seconds"],
+             "peak_gb": r["peak_gb"]}]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="attnmt also prepares learning its own tokenizers on the sample")
     p.add_argument("--ddp", action="store_true", help="also torchrun with 2 ranks (smallest N)")
     p.add_argument("--lm-words", help="also an LM text of this many words (e.g. 768M)")
+    p.add_argument("--lm-parts", default="train,ngram",
+                   help="what the LM side runs after preparing: train, ngram or both (comma-separated)")
     p.add_argument("--venv", help="OpenNMT-py's venv (default OUT/onmt-venv)")
     p.add_argument("--keep", action="store_true", help="keep each N's corpus and preparation")
     args = p.parse_args(argv)
@@ -386,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
         if args.lm_words:
-            for row in lm_side(Path(args.domains), count(args.lm_words), out, args.steps, args.threads):
+            for row in lm_side(Path(args.domains), count(args.lm_words), out, args.steps, args.threads,
+                               set(args.lm_parts.split(","))):
                 row = {"words": count(args.lm_words), **row}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
