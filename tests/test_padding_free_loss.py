@@ -153,3 +153,36 @@ def test_transformer_token_loss_equals_loss_over_full_logits(lm, smoothing):
     torch.testing.assert_close(got_loss, want_loss, atol=1e-10, rtol=0)
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=1e-10, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_rows_loss_without_gradient_goes_by_blocks_of_rows_to_the_same_sum(smoothing):
+    from attnmt.models.common import rows_loss
+
+    torch.manual_seed(3)
+    output = torch.nn.Linear(8, 11).double()
+    h, target = torch.randn(37, 8, dtype=torch.float64), torch.randint(0, 11, (37,))
+    whole = F.cross_entropy(output(h), target, reduction="sum", label_smoothing=smoothing)
+    seen = []
+    with torch.no_grad():
+        blocks = rows_loss(lambda x: seen.append(x.size(0)) or output(x), h, target, smoothing, rows=10)
+    assert seen == [10, 10, 10, 7]  # never more than `rows` logits rows at once
+    assert torch.allclose(blocks, whole, rtol=1e-12, atol=0)
+
+
+def test_dev_perplexity_by_token_loss_equals_the_full_logits_one():
+    import math
+
+    from attnmt.train.validation import perplexity
+
+    torch.manual_seed(2)
+    model = Seq2Seq(ModelConfig(layers=1, hidden=16, embed=8, attention="global", dropout=0.0), 30, 25).double()
+    g = torch.Generator().manual_seed(5)
+    src = [torch.randint(4, 30, (int(n),), generator=g).tolist() for n in torch.randint(1, 12, (40,), generator=g)]
+    tgt = [torch.randint(4, 25, (int(n),), generator=g).tolist() for n in torch.randint(1, 12, (40,), generator=g)]
+    got = perplexity(model, src, tgt, torch.device("cpu"), batch_tokens=60)
+    b = collate(src, tgt, list(range(len(src))))
+    with torch.no_grad():
+        full = float(_full_loss(model, b, 0.0))
+    assert got["tokens"] == b.target_tokens
+    assert math.isclose(got["loss"], full / b.target_tokens, rel_tol=1e-10)

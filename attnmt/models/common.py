@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -72,6 +73,23 @@ def token_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float = 0.
         reduction="sum",
         label_smoothing=smoothing,
     )
+
+
+def rows_loss(output: Callable[[torch.Tensor], torch.Tensor], h: torch.Tensor, target: torch.Tensor,
+              smoothing: float = 0.0, rows: int = 1024) -> torch.Tensor:
+    """``F.cross_entropy(output(h), target, reduction="sum")`` over the rows of h (N, d), target
+    (N,): with autograd, in one piece; without (validation, scoring), ``rows`` rows at a time, so
+    the (N, V) logits of a large batch are never held at once."""
+    if torch.is_grad_enabled() or h.size(0) <= rows:
+        return _cross_entropy(output(h), target, smoothing)
+    return sum(_cross_entropy(output(h[i : i + rows]), target[i : i + rows], smoothing)
+               for i in range(0, h.size(0), rows))
+
+
+def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    if logits.dtype in (torch.float16, torch.bfloat16):  # AMP: the loss in float32
+        logits = logits.float()
+    return F.cross_entropy(logits, target, reduction="sum", label_smoothing=smoothing)
 
 
 def model_loss(model: torch.nn.Module, logits: torch.Tensor, batch, smoothing: float = 0.0) -> torch.Tensor:

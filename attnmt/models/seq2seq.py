@@ -15,7 +15,6 @@ search use without knowing the architecture:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention import build_attention
@@ -24,7 +23,7 @@ from attnmt.config import ModelConfig
 from attnmt.data.vocab import PAD
 from attnmt.kernels.dispatch import choose
 from attnmt.kernels.fused_loss import linear_cross_entropy
-from attnmt.models.common import init_uniform_, lengths_to_mask
+from attnmt.models.common import init_uniform_, lengths_to_mask, rows_loss
 from attnmt.models.decoders import LuongDecoder
 from attnmt.models.encoders import LSTMEncoder
 
@@ -100,10 +99,7 @@ class Seq2Seq(nn.Module):
         W_s = self.decoder.W_s
         if torch.is_grad_enabled() and features.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
             return linear_cross_entropy(features[keep], W_s.weight, W_s.bias, tgt_out[keep], smoothing)
-        logits = W_s(features[keep])  # (N, V)
-        if logits.dtype in (torch.float16, torch.bfloat16):  # AMP: the loss in float32
-            logits = logits.float()
-        return F.cross_entropy(logits, tgt_out[keep], reduction="sum", label_smoothing=smoothing)
+        return rows_loss(W_s, features[keep], tgt_out[keep], smoothing)
 
     def step(
         self,

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attnmt.attention.multihead import MultiHeadAttention, unit_of
@@ -55,7 +54,7 @@ from attnmt.kernels.kv_cache import (
     one_query_step,
 )
 from attnmt.kernels.packed import PackedLinear, bf16_products, relu_chain
-from attnmt.models.common import lengths_to_mask
+from attnmt.models.common import lengths_to_mask, rows_loss
 
 
 def sinusoidal(n: int, d: int, device: torch.device | None = None) -> torch.Tensor:
@@ -275,10 +274,7 @@ def _output_loss(output: nn.Linear, h: torch.Tensor, tgt_out: torch.Tensor, smoo
     h, target = h[keep], tgt_out[keep]
     if torch.is_grad_enabled() and h.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
         return linear_cross_entropy(h, output.weight, output.bias, target, smoothing)
-    logits = output(h)  # (N, V)
-    if logits.dtype in (torch.float16, torch.bfloat16):  # AMP: the loss in float32
-        logits = logits.float()
-    return F.cross_entropy(logits, target, reduction="sum", label_smoothing=smoothing)
+    return rows_loss(output, h, target, smoothing)
 
 
 def set_variants(model: nn.Module, enabled: bool) -> None:

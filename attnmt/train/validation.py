@@ -74,11 +74,15 @@ def perplexity(model, src, tgt, device, batch_tokens: int = 4000, autocast=nullc
     A model class with its own ``evaluate`` (the classifier) is validated by that instead."""
     model.eval()
     total, tokens = 0.0, 0
+    own = getattr(model, "token_loss", None)  # no logits for padding, a block of rows at a time
     for batch in iterate_batches(src, tgt, make_batches(src, tgt, batch_tokens, "tokens", shuffle=False)):
         batch = batch.to(device)
         with autocast():
-            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-        total += float(token_loss(logits, batch.tgt_out))
+            if own is not None:
+                total += float(own(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out))
+            else:
+                logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+                total += float(token_loss(logits, batch.tgt_out))
         tokens += batch.target_tokens
     model.train()
     return {"loss": total / max(tokens, 1), "ppl": math.exp(min(total / max(tokens, 1), 50)), "tokens": tokens}
