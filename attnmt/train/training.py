@@ -31,6 +31,7 @@ from attnmt.jsonio import dumps
 from attnmt.kernels import dispatch
 from attnmt.models.common import token_loss  # noqa: F401  (attnmt.train.training.token_loss)
 from attnmt.runs.checkpoint import EMA_FILE, save_checkpoint
+from attnmt.train.allocator import release_freed_memory
 from attnmt.train.optim import learning_rate
 from attnmt.train.progress import Bar, spent
 from attnmt.train.setup import set_up
@@ -96,9 +97,11 @@ class Trainer:
             return None
         s, t = self.state, self.cfg.train
         start = time.perf_counter()
+        release_freed_memory()  # the dev batches' shapes would add to the blocks kept for updates
         with self.ema.applied() if self.ema is not None else nullcontext():
             result = evaluate_dev(self.model, self.cfg, self.data, self.device, self.updater.autocast,
                                   self.tensorboard, s.step)
+        release_freed_memory()
         result["seconds"] = round(time.perf_counter() - start, 3)
         best = s.tracker.observe(result[t.valid_metric])
         if best:
