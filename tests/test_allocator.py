@@ -49,3 +49,27 @@ def test_release_freed_memory_gives_the_kept_blocks_back():
     kept, after, released = out.stdout.split()
     assert released == "True"
     assert int(kept) - int(after) > 300  # MB: the freed blocks went back to the system
+
+
+def test_training_gives_memory_back_every_trim_every_updates(tiny_corpus, tmp_path, monkeypatch):
+    import signal
+
+    from attnmt.train import training, update
+    from attnmt.train.run import run_training
+
+    calls = {"update": [], "validation": 0}
+    monkeypatch.setattr(update, "TRIM_EVERY", 2)
+    monkeypatch.setattr(update, "release_freed_memory", lambda: calls["update"].append(1))
+    monkeypatch.setattr(training, "release_freed_memory",
+                        lambda: calls.__setitem__("validation", calls["validation"] + 1))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    threads = torch.get_num_threads()
+    try:
+        run_training(str(tiny_corpus.config), str(tmp_path / "run"),
+                     ["train.max_steps=7", "train.valid_every=0", "train.row_groups=1"], resume=False)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(threads)
+    assert len(calls["update"]) == 3  # after updates 2, 4 and 6
+    assert calls["validation"] == 2  # before and after the final validation

@@ -178,3 +178,21 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path):
     while any(running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(running(p) for p in pids)
+
+
+def test_workers_give_memory_back_every_trim_every_parts(tmp_path, monkeypatch):
+    from attnmt.train import row_processes
+
+    marks = tmp_path / "trims"
+    monkeypatch.setattr(row_processes, "TRIM_EVERY", 2)  # the fork inherits both
+    monkeypatch.setattr(row_processes, "release_freed_memory",
+                        lambda: marks.open("a").write(f"{os.getpid()}\n"))
+    model = _model()
+    b = _batch()
+    with RowProcesses(model, 1) as rows:
+        for _ in range(5):
+            model.zero_grad(set_to_none=True)
+            rows.backward(b, 1.0, 0.1)
+        worker = rows.procs[0].pid
+    # the worker counts the messages it waits for: before the 2nd, 4th and 6th (the close)
+    assert marks.read_text().split() == [str(worker)] * 3

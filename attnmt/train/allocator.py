@@ -10,7 +10,9 @@ Elsewhere (no glibc, e.g. macOS or musl) it does nothing.
 
 A validation's batches have other shapes than training's, so its blocks would join the ones the
 heap keeps for the updates (+0.5 GB at the race Transformer's dev set): ``release_freed_memory``
-gives the free ones back before and after it (an update re-faults what it needs once).
+gives the free ones back before and after it (an update re-faults what it needs once). Training
+does the same every ``TRIM_EVERY`` updates (each process, row workers too): batches of new shapes
+leave holes the kept blocks cannot fill, and the heap would keep growing by them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import sys
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 MMAP_THRESHOLD = 32 << 20  # glibc's largest accepted value on 64-bit (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 1 << 30  # free heap kept up to 1 GiB
+
+TRIM_EVERY = 50  # updates between two malloc_trim calls while training
 
 _done = False
 

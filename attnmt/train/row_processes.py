@@ -23,6 +23,7 @@ Only for the plain CPU case: a model whose class defines ``token_loss`` (Seq2Seq
 from __future__ import annotations
 
 import gc
+import itertools
 import mmap
 import multiprocessing
 import os
@@ -33,6 +34,7 @@ import torch
 
 from attnmt.data.batching import Batch
 from attnmt.kernels.packed import bf16_enabled, bf16_products
+from attnmt.train.allocator import TRIM_EVERY, release_freed_memory
 from attnmt.train.row_groups import split_rows
 
 
@@ -195,7 +197,9 @@ def _serve(model: torch.nn.Module, params: list[torch.Tensor], grads: list[torch
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(threads)
     loss_of = model.token_loss
-    while True:
+    for count in itertools.count(1):
+        if count % TRIM_EVERY == 0:  # as the parent does (train/allocator.py)
+            release_freed_memory()
         try:
             message = conn.recv()
         except (EOFError, OSError):

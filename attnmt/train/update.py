@@ -18,7 +18,7 @@ from attnmt.config import TrainConfig
 from attnmt.data.batching import Batch
 from attnmt.kernels.packed import bf16_products, native_bf16
 from attnmt.models.common import loss_units, model_loss
-from attnmt.train.allocator import keep_freed_memory
+from attnmt.train.allocator import TRIM_EVERY, keep_freed_memory, release_freed_memory
 from attnmt.train.distributed import Dist
 from attnmt.train.ema import EMA
 from attnmt.train.row_groups import grouped_backward, groups_for
@@ -75,7 +75,10 @@ class Updater:
     def update(self, batches: list[Batch], lr: float, step: int) -> tuple[float, int]:
         """Update ``step`` (counted from 1) from ``batches``; returns summed loss and tokens."""
         with bf16_products(self.cpu_bf16):  # row processes forked in here inherit it
-            return self._update(batches, lr, step)
+            done = self._update(batches, lr, step)
+        if step % TRIM_EVERY == 0 and self.device.type == "cpu":
+            release_freed_memory()
+        return done
 
     def _update(self, batches: list[Batch], lr: float, step: int) -> tuple[float, int]:
         t = self.train
