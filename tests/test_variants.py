@@ -158,6 +158,7 @@ def test_the_run_records_the_plug_ins_and_says_what_is_missing(trained, tiny_cor
     code, err = _main(["--user-dir", str(PLUGINS), *export])
     assert code == 2 and err.count("\n") == 1, err  # found, and refused by export
     assert "cannot export to CTranslate2: model.enc_self_attention: alibi" in err
+    assert _main([*export, "--user-dir", str(PLUGINS)]) == (code, err)  # after the command too
     # a process that imported no plug-in (conftest imports tests/plugins into this one)
     out = subprocess.run([sys.executable, "-m", "attnmt", "train", str(_alibi_config(tiny_corpus, tmp_path, "")),
                           "--out", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -5,7 +5,8 @@ which adds its parser and sets ``func`` to a callable taking the parsed argument
 exit status. Commands with sub-commands (data, ngram, analyse, experiment) set ``func`` on each
 sub-command's parser (attnmt/cli/subcommands.py). Adding a command = adding a module name to
 COMMANDS. Commands parse arguments and print; the work is done by the library. ``attnmt
---user-dir DIR COMMAND`` imports the plug-ins in DIR first (attnmt/plugins.py).
+--user-dir DIR COMMAND`` (or ``COMMAND ... --user-dir DIR``) imports the plug-ins in DIR first
+(attnmt/plugins.py).
 """
 
 from __future__ import annotations
@@ -78,7 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"attnmt.cli.{name}").register(sub)
+    for command in _leaf_parsers(sub):  # also after the command, where users put options
+        command.add_argument("--user-dir", metavar="DIR", default=argparse.SUPPRESS,
+                             help="as attnmt --user-dir DIR: import the plug-ins in DIR first")
     return parser
+
+
+def _leaf_parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:
+    """The parsers of every command and sub-command (``data prepare``, ``ngram build``, ...)."""
+    leaves = []
+    for parser in dict.fromkeys(sub.choices.values()):  # aliases share a parser
+        nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        leaves += [leaf for action in nested for leaf in _leaf_parsers(action)] if nested else [parser]
+    return leaves
 
 
 def main(argv: list[str] | None = None, *, program: bool = False) -> int:
