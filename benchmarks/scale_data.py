@@ -62,9 +62,9 @@ def count(text: str) -> int:
 
 
 # -- memory of a process group -------------------------------------------------------------------
-def tree_pss(root: int) -> int:
-    """Bytes of PSS summed over process ``root`` and all its descendants (torchrun starts its
-    ranks in sessions of their own, so a process group would miss them)."""
+def tree_pids(root: int) -> set[int]:
+    """Process ``root`` and all its descendants (torchrun starts its ranks in sessions of their
+    own, so a process group would miss them)."""
     parent = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -78,8 +78,13 @@ def tree_pss(root: int) -> int:
         more = {pid for pid, pp in parent.items() if pp in tree and pid not in tree}
         tree |= more
         grew = bool(more)
+    return tree
+
+
+def tree_pss(root: int) -> int:
+    """Bytes of PSS summed over process ``root`` and all its descendants."""
     total = 0
-    for pid in tree:
+    for pid in tree_pids(root):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
