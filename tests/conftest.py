@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,3 +181,23 @@ def fixed_update():
         return update
 
     return make
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``mount(size)`` -> a fresh tmpfs of ``size`` (e.g. "32k") under tmp_path, for a disk that
+    fills up; unmounted afterwards. Skips the test where mounting is not allowed (not root)."""
+    mounted = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot mount a tmpfs here")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", str(where)], check=True)

@@ -245,16 +245,10 @@ def test_a_second_ctrl_c_stops_at_once():
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmpfs):
     """A tmpfs of a few hundred KiB (as root), for a disk that fills up while training; skipped
     where mounting is not allowed."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=480k", "tmpfs", str(where)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield where
-    subprocess.run(["umount", str(where)], check=True)
+    return tmpfs("480k")
 
 
 def test_a_disk_that_fills_up_while_checkpointing_is_one_line_and_resume_is_exact(tiny_corpus, tmp_path,

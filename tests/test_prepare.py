@@ -175,15 +175,9 @@ def test_kill_9_at_random_points_leaves_no_corpus_and_a_rerun_finishes(corpus, t
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmpfs):
     """A 32 KiB tmpfs (as root), for a full disk; skipped where mounting is not allowed."""
-    where = tmp_path / "disk"
-    where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(where)],
-                      capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    yield where
-    subprocess.run(["umount", str(where)], check=True)
+    return tmpfs("32k")
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_corpus(corpus, small_disk):
