@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
@@ -31,8 +32,11 @@ _done = False
 
 
 def _libc():
-    if not sys.platform.startswith("linux"):
-        return None
+    return _glibc() if sys.platform.startswith("linux") else None
+
+
+@functools.cache
+def _glibc():  # looked up once: find_library runs ldconfig
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
