@@ -12,7 +12,7 @@ ROOT = Path(attnmt.__file__).parent
 
 # ARCHITECTURE.md, "Layers": a part may import parts of its own floor or of lower floors.
 FLOORS = {
-    "errors": 0, "jsonio": 0, "files": 0, "progress": 0, "config": 0, "strict_yaml": 0, "plugins": 0, "data": 0,
+    "errors": 0, "jsonio": 0, "files": 0, "progress": 0, "config": 0, "config_schema": 0, "strict_yaml": 0, "plugins": 0, "data": 0,
     "attention": 0, "kernels": 0,
     "models": 1, "ngram": 1, "corpora": 1,
     "runs": 2,
